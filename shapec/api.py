@@ -1,0 +1,151 @@
+"""Public entry points: compile_str, compile_file, load, and check (which never imports numba)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from .compiler.check import CheckedModule, check_module
+from .syntax.parser import parse
+from .syntax.source import Diagnostic, ShapeError, Span
+
+STDLIB = Path(__file__).parent / "stdlib"
+
+
+class _Loader:
+    """Resolves imports (stdlib names and relative paths) and caches checked modules."""
+
+    def __init__(self):
+        self.done: dict[str, CheckedModule] = {}
+        self.active: list[str] = []
+
+    def file(self, path: Path) -> CheckedModule:
+        key = str(path.resolve())
+        if key in self.done:
+            return self.done[key]
+        if key in self.active:
+            raise ShapeError([Diagnostic("E205", f"import cycle through {path.name}", Span.none())])
+        self.active.append(key)
+        try:
+            text = path.read_text()
+            mod = self.source(text, str(path), path.parent)
+        finally:
+            self.active.pop()
+        self.done[key] = mod
+        return mod
+
+    def source(self, text: str, filename: str, base: Path | None) -> CheckedModule:
+        def load(target: str, is_path: bool, span: Span) -> CheckedModule | None:
+            if is_path:
+                path = (base or Path.cwd()) / target
+            else:
+                path = STDLIB / f"{target.replace('.', '/')}.shape"
+            if not path.is_file():
+                return None
+            return self.file(path)
+
+        return check_module(parse(text, filename), text, filename, load)
+
+
+class CompiledModule:
+    """Shapers and pipelines of one .shape file, reachable by name (`mod.name` or `mod["name"]`)."""
+
+    def __init__(self, checked: CheckedModule, backend: str):
+        from .runtime.shaper import CompiledShaper
+
+        self.filename = checked.filename
+        self.doc = checked.doc
+        self.backend = backend
+        self._irs = {**checked.shapers, **checked.pipelines}
+        self._compiled: dict[str, CompiledShaper] = {}
+        self.shapers = tuple(checked.shapers)
+        self.pipelines = tuple(checked.pipelines)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._irs)
+
+    def ir(self, name: str):
+        return self._irs[name]
+
+    def __getitem__(self, name: str):
+        from .runtime.shaper import CompiledShaper
+
+        if name not in self._irs:
+            import difflib
+
+            close = difflib.get_close_matches(name, list(self._irs), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise KeyError(f"{self.filename} has no shaper or pipeline {name!r}{hint}")
+        if name not in self._compiled:
+            self._compiled[name] = CompiledShaper(self._irs[name], self.backend)
+        return self._compiled[name]
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except KeyError as err:
+            raise AttributeError(str(err)) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._irs)
+
+    def __repr__(self) -> str:
+        return f"<shapec module {self.filename} ({', '.join(self._irs)})>"
+
+
+def _backend(backend: str | None) -> str:
+    from .runtime.shaper import BACKENDS, default_backend
+
+    backend = backend or default_backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}; expected one of {', '.join(BACKENDS)}")
+    return backend
+
+
+def compile_str(source: str, filename: str = "<string>", backend: str | None = None) -> CompiledModule:
+    """Parse, check and compile .shape source text."""
+    base = Path(filename).parent if filename != "<string>" else None
+    return CompiledModule(_Loader().source(source, filename, base), _backend(backend))
+
+
+def compile_file(path: str | Path, backend: str | None = None) -> CompiledModule:
+    """Parse, check and compile a .shape file (imports resolve relative to it)."""
+    return CompiledModule(_Loader().file(Path(path)), _backend(backend))
+
+
+def load(name: str, backend: str | None = None) -> CompiledModule:
+    """A stdlib module by name, e.g. load("nemo_rl")."""
+    path = STDLIB / f"{name}.shape"
+    if not path.is_file():
+        known = sorted(p.stem for p in STDLIB.glob("*.shape"))
+        raise KeyError(f"no stdlib module {name!r}; available: {', '.join(known)}")
+    return compile_file(path, backend)
+
+
+def check_file(path: str | Path) -> list[Diagnostic]:
+    """Every diagnostic for one file (empty when valid). Imports no backend."""
+    try:
+        _Loader().file(Path(path))
+    except ShapeError as err:
+        return err.diagnostics
+    return []
+
+
+def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
+    try:
+        _Loader().source(source, filename, Path(filename).parent if filename != "<string>" else None)
+    except ShapeError as err:
+        return err.diagnostics
+    return []
+
+
+def _rebuild(source: str, filename: str, name: str, backend: str, state: dict):
+    """Unpickle a compiled shaper: recompile from its source (the kernel cache makes this cheap)."""
+    path = Path(filename)
+    mod = compile_file(path, backend) if path.is_file() and path.read_text() == source else compile_str(
+        source, filename, backend)
+    shaper = mod[name]
+    shaper.load_state_dict(state)
+    return shaper

@@ -1,0 +1,81 @@
+"""Command line: shapec check | compile | run | explain | plot | fmt.
+
+`check` and `fmt` never import numba, so they stay fast enough for pre-commit hooks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+
+
+class UsageError(Exception):
+    """Bad arguments or unreadable files: exit status 2."""
+
+
+def _shape_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files.extend(sorted(path.rglob("*.shape")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UsageError(f"{p}: no such file or directory")
+    return files
+
+
+def cmd_check(args) -> int:
+    from .api import check_file
+
+    files = _shape_files(args.paths)
+    diags = []
+    for f in files:
+        try:
+            f.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"{f}: cannot read ({err})") from None
+        diags.extend(check_file(f))
+    if args.format == "json":
+        print(json.dumps([d.to_json() for d in diags], indent=2))
+    else:
+        for d in diags:
+            print(d.render(), file=sys.stderr)
+        if not diags and not args.quiet:
+            print(f"{len(files)} file{'s' if len(files) != 1 else ''} ok")
+    return 1 if diags else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shapec", description="Reward-shaping specs: check, compile, run.")
+    parser.add_argument("--version", action="version", version=f"shapec {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check", help="check .shape files and report every error")
+    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--quiet", "-q", action="store_true", help="print nothing when every file is valid")
+    p.set_defaults(func=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help/--version
+        return int(exc.code or 0)
+    try:
+        return args.func(args)
+    except UsageError as err:
+        print(f"shapec: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

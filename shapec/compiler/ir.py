@@ -1,0 +1,133 @@
+"""Typed IR: what the checker produces and both backends (interpreter, numba) consume.
+
+Every value is a float64 at run time. Booleans are three-valued (1.0 true, 0.0 false,
+NaN missing); a *missing* value comes from an empty reduction or absent metadata and
+propagates, so whatever depends on it fails closed (a term is not applied, a gate is closed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..syntax.source import Span
+
+# value levels, ordered: a value may be used wherever a higher level is expected
+CONST, PARAM, BATCH, GROUP, ROLLOUT = 0, 1, 2, 3, 4
+LEVEL_NAMES = {CONST: "constant", PARAM: "param", BATCH: "batch", GROUP: "group", ROLLOUT: "rollout"}
+UNITS = ("tokens", "chars", "seconds", "calls")
+
+
+@dataclass(frozen=True, slots=True)
+class Type:
+    """Element kind (num, bool, index, band, enum), unit, level and whether it may be missing."""
+
+    kind: str
+    level: int = CONST
+    unit: str | None = None  # None dimensionless; "lit" a bare literal that adopts a unit
+    items: str | None = None  # meta list name when the value ranges over its items
+    maybe_missing: bool = False
+    members: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        where = f"item of {self.items}" if self.items else LEVEL_NAMES[self.level]
+        unit = f" {self.unit}" if self.unit not in (None, "lit") else ""
+        return f"{where} {self.kind}{unit}"
+
+
+POISON = Type("poison")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One typed IR expression. `op` selects the meaning of `args` and `attr`:
+
+    const(attr=value) | ref(attr=(namespace, name)) | neg(x) | not(x) | bin(a, b; attr=op)
+    cmp(a, b; attr=op) | and(a, b) | or(a, b) | cond(c, a, b) | fallback(a, b)
+    call(*args; attr=builtin) | reduce(arg, mask, *extra; attr=(op, over)) | breduce(arg, mask; attr=op)
+    band(x, band) | bandlit(a, b, f) | bandfield(band; attr=field) | bandref(attr=meta path)
+    """
+
+    op: str
+    args: tuple["Node", ...]
+    ty: Type
+    attr: Any = None
+    span: Span = field(default_factory=Span.none, compare=False, repr=False)
+
+    def key(self) -> tuple:
+        """Structural identity, used to share equal reductions (CSE)."""
+        return (self.op, self.attr, tuple(a.key() for a in self.args))
+
+
+@dataclass(frozen=True, slots=True)
+class ParamSpec:
+    name: str
+    kind: str  # int float bool band enum
+    unit: str | None
+    default: Any  # float, bool, str (enum member), tuple (band), or None (optional, missing)
+    required: bool
+    optional: bool
+    lo: float | None = None
+    lo_strict: bool = False
+    hi: float | None = None
+    hi_strict: bool = False
+    members: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MetaSpec:
+    name: str
+    kind: str  # scalar | list | record
+    type: str = "float"
+    fields: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One statement of a shaper body, in evaluation order."""
+
+    kind: str  # let gate gaterules skip term factor clamp state
+    name: str
+    expr: Node | None = None
+    on: Node | None = None
+    when: Node | None = None
+    rules: tuple[tuple[str, str, Node | None], ...] = ()  # (verdict, reason, when) for gaterules
+    mode: str = ""  # skip: when | unless
+
+
+@dataclass(frozen=True, slots=True)
+class ShaperIR:
+    name: str
+    doc: str | None
+    params: tuple[ParamSpec, ...]
+    inputs: tuple[tuple[str, str], ...]  # (name, type)
+    metas: tuple[MetaSpec, ...]
+    channels: tuple[tuple[str, Node], ...]
+    batch_steps: tuple[Step, ...]  # batch-level lets, states and gates, evaluated once per call
+    steps: tuple[Step, ...]  # group and rollout statements, in source order
+    skips: tuple[Step, ...]  # config skips (param-only) run before the binary check, data skips after
+    requires: str  # binary unit nonneg real
+    produces: str  # binary unit nonneg real advantage
+    result: Node | None
+    metrics: tuple[tuple[str, Node], ...]
+    gate_reasons: dict[str, tuple[str, ...]]
+    terms: tuple[str, ...]
+    factors: tuple[str, ...]
+    states: tuple[tuple[str, float], ...]
+    source: str = ""
+    filename: str = ""
+
+    @property
+    def skip_reasons(self) -> tuple[str, ...]:
+        reasons = [""] + [s.name for s in self.skips]
+        if self.requires == "binary":
+            reasons.append("non_binary")
+        return tuple(reasons + ["validation"])
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineIR:
+    name: str
+    stages: tuple[tuple[ShaperIR, dict[str, Any]], ...]  # shaper and its call arguments
+    source: str = ""
+    filename: str = ""

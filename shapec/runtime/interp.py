@@ -1,0 +1,481 @@
+"""Reference interpreter of the typed IR: plain NumPy over the whole batch.
+
+It is the oracle the numba kernels are tested against, so it favours the obvious
+formulation: sums and means accumulate left to right in rollout order, exactly as the
+kernels do, and every three-valued rule is written out once in `ops`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..compiler.ir import BATCH, CONST, GROUP, PARAM, ROLLOUT, Node, ShaperIR, Type
+from .batch import Batch
+
+NAN = math.nan
+
+
+# ----------------------------------------------------------------- three-valued ops
+def k_and(a, b):
+    return np.where((a == 0) | (b == 0), 0.0, np.where(np.isnan(a) | np.isnan(b), NAN, 1.0))
+
+
+def k_or(a, b):
+    return np.where((a == 1) | (b == 1), 1.0, np.where(np.isnan(a) | np.isnan(b), NAN, 0.0))
+
+
+_CMP = {
+    "==": np.equal, "!=": np.not_equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+}
+
+
+def k_cmp(op, a, b):
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(a) | np.isnan(b), NAN, _CMP[op](a, b).astype(np.float64))
+
+
+def band_multiplier(x, a, b, f, present):
+    """1 up to a, linear to f at b, f past b; 1 for a malformed band; missing for no band."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        malformed = np.isnan(a) | np.isnan(b) | np.isnan(f) | ~(b > a)
+        inner = 1.0 - (x - a) / (b - a) * (1.0 - f)
+        m = np.where(x <= a, 1.0, np.where(x >= b, f, inner))
+        m = np.where(malformed, 1.0, m)
+        return np.where(present == 1, m, NAN)
+
+
+def seq_sum(values) -> float:
+    total = 0.0
+    for v in values:
+        total += v
+    return total
+
+
+def _median(s):
+    k = len(s)
+    mid = k // 2
+    return float(s[mid]) if k % 2 else (float(s[mid - 1]) + float(s[mid])) / 2.0
+
+
+def reduce_values(op: str, x: np.ndarray, extra: tuple[float, ...]) -> float:
+    """One reduction over an already-selected set of values (mask applied)."""
+    k = len(x)
+    if op == "count":
+        return float(np.sum(x == 1))
+    if op == "any":
+        return 1.0 if np.any(x == 1) else 0.0
+    if op == "all":
+        return 1.0 if np.all(x == 1) else 0.0
+    if op == "sum":
+        return seq_sum(x)
+    if k == 0 or np.isnan(x).any():
+        return NAN
+    if op == "mean":
+        return seq_sum(x) / k
+    if op == "min":
+        return float(np.min(x))
+    if op == "max":
+        return float(np.max(x))
+    if op == "argmin":
+        return float(np.argmin(x))
+    if op == "argmax":
+        return float(np.argmax(x))
+    if op == "median":
+        return _median(np.sort(x))
+    if op == "mad":
+        med = _median(np.sort(x))
+        return _median(np.sort(np.abs(x - med)))
+    if op == "std":
+        if k < 2:
+            return NAN
+        mean = seq_sum(x) / k
+        return math.sqrt(seq_sum((x - mean) ** 2) / (k - 1))
+    if op == "quantile":
+        q = extra[0]
+        if math.isnan(q) or q < 0 or q > 1:
+            return NAN
+        s = np.sort(x)
+        pos = q * (k - 1)
+        lo = int(math.floor(pos))
+        hi = min(lo + 1, k - 1)
+        return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+    if op == "nth_largest":
+        i = extra[0]
+        if math.isnan(i) or i < 0 or i >= k:
+            return NAN
+        return float(np.sort(x)[::-1][int(i)])
+    raise ValueError(f"interpreter: unknown reduction {op}")
+
+
+@dataclass
+class StageOutput:
+    rewards: np.ndarray
+    terms: dict[str, np.ndarray]
+    factors: dict[str, np.ndarray]
+    skip_codes: np.ndarray  # (G,) index into ir.skip_reasons; 0 = shaped
+    gate_codes: dict[str, np.ndarray]  # name -> (G,) index into ir.gate_reasons[name]; -1 = group skipped
+    metrics: dict[str, float]
+    state: dict[str, float] = field(default_factory=dict)
+
+
+class Interpreter:
+    def __init__(self, ir: ShaperIR, batch: Batch, params: dict[str, np.ndarray], state: dict[str, float]):
+        self.ir = ir
+        self.b = batch
+        self.P = params
+        self.state = dict(state)
+        self.G = batch.groups
+        self.gidx = batch.group_index()
+        self.local = np.arange(batch.n) - batch.offsets[:-1][self.gidx]
+        self.items = {name: (off, np.repeat(np.arange(self.G), np.diff(off))) for name, (off, _) in batch.lists.items()}
+        self.env: dict[str, np.ndarray | float] = {}
+        self.cache: dict[tuple, np.ndarray | float] = {}
+
+    # ----------------------------------------------------------- shapes
+    def shape_of(self, ty: Type):
+        if ty.level in (CONST, BATCH):
+            return None
+        if ty.level in (PARAM, GROUP):
+            return "group"
+        return ty.items or "rollout"
+
+    def lift(self, v, src: Type, dst: Type):
+        s, d = self.shape_of(src), self.shape_of(dst)
+        if np.ndim(v) == 0:
+            s = None
+        if s == d:
+            return v
+        if s is None:
+            if d is None:
+                return v
+            size = {"group": self.G, "rollout": self.b.n}.get(d)
+            if size is None:
+                size = int(self.items[d][0][-1])
+            return np.full(size, float(v))
+        if s == "group":
+            return v[self.gidx] if d == "rollout" else v[self.items[d][1]]
+        raise AssertionError(f"cannot lift {s} to {d}")
+
+    def at(self, node: Node, dst: Type):
+        return self.lift(self.eval(node), node.ty, dst)
+
+    # ----------------------------------------------------------- expressions
+    def eval(self, node: Node):
+        op = node.op
+        if op in ("reduce",):
+            key = node.key()
+            if key not in self.cache:
+                self.cache[key] = self.reduce(node)
+            return self.cache[key]
+        ty = node.ty
+        if op == "const":
+            return float(node.attr)
+        if op == "ref":
+            ns, name = node.attr
+            if ns == "param":
+                return self.P[name]
+            if ns == "input":
+                return self.b.inputs[name]
+            if ns in ("var",):
+                return self.env[name]
+            if ns == "state":
+                return self.state[name]
+            if ns == "meta":
+                return self.b.metas[name]
+            if ns == "item":
+                lst, fld = name.split(".", 1)
+                return self.b.lists[lst][1][fld]
+            if name == "reward":
+                return self.b.rewards
+            if name == "env_reward":
+                return self.b.env_rewards if self.b.env_rewards is not None else self.b.rewards
+            if name == "group_size":
+                return np.diff(self.b.offsets).astype(np.float64)
+            if name == "shaped":
+                return self.env["__shaped__"]
+        if op == "neg":
+            return -self.eval(node.args[0])
+        if op == "not":
+            return 1.0 - self.eval(node.args[0])
+        if op == "breduce":
+            return self.batch_reduce(node)
+        if op == "skipped":
+            codes = self.env["__skip_codes__"]
+            wanted = self.ir.skip_reasons.index(node.attr) if node.attr in self.ir.skip_reasons else -2
+            return (codes[self.gidx] == wanted).astype(np.float64)
+        if op == "bandfield":
+            band = self.band(node.args[0], ty)
+            return band[..., "abf".index(node.attr)]
+        args = [self.at(a, ty) if a.ty.kind != "band" else None for a in node.args]
+        if op == "bin":
+            a, b = args
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                if node.attr == "+":
+                    return a + b
+                if node.attr == "-":
+                    return a - b
+                if node.attr == "*":
+                    return a * b
+                if node.attr == "/":
+                    return np.true_divide(a, b)
+                return np.power(a, b)
+        if op == "cmp":
+            return k_cmp(node.attr, *[self.at(a, ty) for a in node.args])
+        if op == "and":
+            return k_and(*args)
+        if op == "or":
+            return k_or(*args)
+        if op == "cond":
+            c, a, b = args
+            return np.where(c == 1, a, np.where(c == 0, b, NAN))
+        if op == "fallback":
+            a, b = args
+            return np.where(np.isnan(a), b, a)
+        if op == "call":
+            return self.call(node.attr, args)
+        if op == "band":
+            x = args[0]
+            band = self.band(node.args[1], ty)
+            return band_multiplier(x, band[..., 0], band[..., 1], band[..., 2], band[..., 3])
+        raise AssertionError(f"interpreter: unknown node {op}")
+
+    def band(self, node: Node, dst: Type) -> np.ndarray:
+        """A band value as an array of (a, b, f, present) rows, lifted to dst's shape."""
+        op = node.op
+        if op == "bandref":
+            ns, name = node.attr
+            rows = self.P[name] if ns == "param" else self.b.bands[name]
+        elif op == "bandlit":
+            parts = [self.at(a, Type("num", max(a.ty.level, PARAM))) for a in node.args]
+            rows = np.stack(parts + [np.ones(self.G)], axis=-1)
+        elif op == "bandfallback":
+            a = self.band(node.args[0], Type("band", GROUP))
+            b = self.band(node.args[1], Type("band", GROUP))
+            rows = np.where((a[:, 3] == 1)[:, None], a, b)
+        elif op == "bandcond":
+            c = self.at(node.args[0], Type("num", GROUP))
+            a = self.band(node.args[1], Type("band", GROUP))
+            b = self.band(node.args[2], Type("band", GROUP))
+            none = np.tile([NAN, NAN, NAN, 0.0], (self.G, 1))
+            rows = np.where((c == 1)[:, None], a, np.where((c == 0)[:, None], b, none))
+        else:
+            raise AssertionError(f"interpreter: unknown band node {op}")
+        shape = self.shape_of(dst)
+        if shape == "rollout":
+            return rows[self.gidx]
+        if shape not in (None, "group"):
+            return rows[self.items[shape][1]]
+        return rows
+
+    def call(self, fn: str, args):
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if fn == "min":
+                out = args[0]
+                for a in args[1:]:
+                    out = np.where(np.isnan(out) | np.isnan(a), NAN, np.minimum(out, a))
+                return out
+            if fn == "max":
+                out = args[0]
+                for a in args[1:]:
+                    out = np.where(np.isnan(out) | np.isnan(a), NAN, np.maximum(out, a))
+                return out
+            if fn == "clip":
+                x, lo, hi = args
+                return np.where(np.isnan(x) | np.isnan(lo) | np.isnan(hi), NAN, np.minimum(np.maximum(x, lo), hi))
+            x = args[0]
+            if fn == "abs":
+                return np.abs(x)
+            if fn == "exp":
+                return np.exp(x)
+            if fn == "log":
+                return np.where(x > 0, np.log(np.where(x > 0, x, 1.0)), NAN)
+            if fn == "sqrt":
+                return np.where(x >= 0, np.sqrt(np.where(x >= 0, x, 0.0)), NAN)
+            if fn == "sigmoid":
+                return 1.0 / (1.0 + np.exp(-x))
+            if fn == "cos":
+                return np.cos(x)
+            if fn == "int":
+                return np.trunc(x)
+            if fn == "float":
+                return x
+            if fn == "missing":
+                return np.isnan(x).astype(np.float64)
+            if fn == "present":
+                return (~np.isnan(x)).astype(np.float64)
+        raise AssertionError(f"interpreter: unknown builtin {fn}")
+
+    def reduce(self, node: Node):
+        op, over = node.attr
+        arg = self.eval(node.args[0])
+        elem_ty = node.args[0].ty
+        arg = self.lift(arg, elem_ty, elem_ty)
+        mask = self.lift(self.eval(node.args[1]), node.args[1].ty, elem_ty)
+        extras = [self.lift(self.eval(e), e.ty, Type("num", GROUP)) for e in node.args[2:]]
+        offsets = self.b.offsets if not over else self.items[over][0]
+        if op in ("minmax", "centered"):
+            out = np.full(len(arg), NAN)
+        else:
+            out = np.full(self.G, NAN)
+        for g in range(self.G):
+            s, e = offsets[g], offsets[g + 1]
+            sel = arg[s:e][mask[s:e] == 1]
+            if op == "minmax":
+                if len(sel) and not np.isnan(sel).any():
+                    lo, hi = float(np.min(sel)), float(np.max(sel))
+                    out[s:e] = 0.0 if hi == lo else (arg[s:e] - lo) / (hi - lo)
+            elif op == "centered":
+                if len(sel) and not np.isnan(sel).any():
+                    out[s:e] = arg[s:e] - seq_sum(sel) / len(sel)
+            else:
+                out[g] = reduce_values(op, sel, tuple(float(x[g]) for x in extras))
+        return out
+
+    def batch_reduce(self, node: Node) -> float:
+        arg = self.at(node.args[0], Type("num", ROLLOUT))
+        mask = self.at(node.args[1], Type("num", ROLLOUT))
+        return reduce_values(node.attr, arg[mask == 1], ())
+
+    # ----------------------------------------------------------- statements
+    def gate_code(self, name: str, value) -> np.ndarray:
+        v = np.broadcast_to(np.asarray(value, dtype=np.float64), (self.G,))
+        return np.where(v == 1, 0, np.where(v == 0, 1, 2)).astype(np.int64)
+
+    def run(self, training: bool = True) -> StageOutput:
+        ir, b, G, n = self.ir, self.b, self.G, self.b.n
+        skip_codes = np.zeros(G, dtype=np.int64)
+        gate_codes = {name: np.full(G, -1, dtype=np.int64) for name in ir.gate_reasons}
+        if not training:
+            skip_codes[:] = ir.skip_reasons.index("validation")
+            return StageOutput(b.rewards.copy(), {t: np.zeros(n) for t in ir.terms},
+                               {f: np.ones(n) for f in ir.factors}, skip_codes, gate_codes, {}, dict(self.state))
+        for name, node in ir.channels:
+            self.env[name] = self.eval(node)
+        for step in ir.batch_steps:
+            value = self.eval(step.expr)
+            if step.kind == "state":
+                self.state[step.name] = float(value)
+            else:
+                self.env[step.name] = value
+                if step.kind == "gate":
+                    gate_codes[step.name] = self.gate_code(step.name, value)
+        self.decide_skips(skip_codes)
+        shaped = self.shape(gate_codes)
+        live = (skip_codes == 0)[self.gidx]
+        rewards = np.where(live, shaped["rewards"], b.rewards)
+        terms = {t: np.where(live, v, 0.0) for t, v in shaped["terms"].items()}
+        factors = {f: np.where(live, v, 1.0) for f, v in shaped["factors"].items()}
+        for name, codes in gate_codes.items():
+            codes[skip_codes != 0] = -1
+        bad = live & ~np.isfinite(rewards)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise FloatingPointError(
+                f"shaper {ir.name!r} produced a non-finite reward for rollout {i} (group {int(self.gidx[i])}); "
+                "guard the division or reduction that can be undefined")
+        self.env["__shaped__"] = rewards
+        self.env["__skip_codes__"] = skip_codes
+        self.env.update(terms)
+        self.env.update(factors)
+        metrics = {name: float(self.eval(node)) for name, node in ir.metrics}
+        return StageOutput(rewards, terms, factors, skip_codes, gate_codes, metrics, dict(self.state))
+
+    def decide_skips(self, codes: np.ndarray) -> None:
+        ir, b = self.ir, self.b
+        order = [(s, ir.skip_reasons.index(s.name)) for s in ir.skips]
+        config = [(s, c) for s, c in order if s.expr.ty.level <= PARAM]
+        data = [(s, c) for s, c in order if s.expr.ty.level > PARAM]
+
+        def apply(steps):
+            for step, code in steps:
+                v = np.broadcast_to(self.lift(self.eval(step.expr), step.expr.ty, Type("num", GROUP)), (self.G,))
+                hit = (v == 1) if step.mode == "when" else (v != 1)
+                codes[(codes == 0) & hit] = code
+
+        apply(config)
+        if ir.requires == "binary":
+            r = b.rewards
+            bad = ~((np.abs(r) <= 1e-6) | (np.abs(r - 1.0) <= 1e-6))
+            if b.components is not None:
+                bad |= b.components > 0
+            per_group = np.zeros(self.G, dtype=bool)
+            np.logical_or.at(per_group, self.gidx, bad)
+            codes[(codes == 0) & per_group] = ir.skip_reasons.index("non_binary")
+        apply(data)
+
+    def shape(self, gate_codes) -> dict:
+        ir, b, n = self.ir, self.b, self.b.n
+        rollout = Type("num", ROLLOUT)
+        terms: dict[str, np.ndarray] = {}
+        factors: dict[str, np.ndarray] = {}
+        total = None  # sum of terms, accumulated left to right
+        r = None
+        for step in ir.steps:
+            if step.kind == "let":
+                self.env[step.name] = self.eval(step.expr)
+            elif step.kind == "gate":
+                value = self.eval(step.expr)
+                self.env[step.name] = value
+                if step.name in gate_codes:
+                    gate_codes[step.name] = self.gate_code(step.name, self.lift(value, step.expr.ty, Type("num", GROUP)))
+            elif step.kind == "gaterules":
+                self.gate_rules(step, gate_codes)
+            elif step.kind == "term":
+                value = self.at(step.expr, rollout)
+                applied = self.applies(step) & ~np.isnan(value)
+                arr = np.where(applied, value, 0.0)
+                terms[step.name] = arr
+                self.env[step.name] = arr
+                total = arr.copy() if total is None else total + arr
+            elif step.kind == "clamp":
+                if r is None:
+                    r = b.rewards + total if total is not None else b.rewards.copy()
+                lo = self.at(step.expr, rollout)
+                hit = self.applies(step) & ~np.isnan(lo) & (r < lo)
+                r = np.where(hit, lo, r)
+            elif step.kind == "factor":
+                if r is None:
+                    r = b.rewards + total if total is not None else b.rewards.copy()
+                m = self.at(step.expr, rollout)
+                applied = self.applies(step) & ~np.isnan(m) & (r > 0)
+                factors[step.name] = np.where(applied, m, 1.0)
+                self.env[step.name] = factors[step.name]
+                r = np.where(applied, r * m, r)
+        if ir.result is not None:
+            r = self.at(ir.result, rollout)
+        elif r is None:
+            r = b.rewards + total if total is not None else b.rewards.copy()
+        return {"rewards": r, "terms": terms, "factors": factors}
+
+    def applies(self, step) -> np.ndarray:
+        n = self.b.n
+        sel = np.ones(n, dtype=bool)
+        if step.on is not None:
+            if step.on.ty.kind == "index":
+                idx = self.lift(self.eval(step.on), step.on.ty, Type("num", ROLLOUT))
+                sel = self.local == idx
+            else:
+                sel = self.at(step.on, Type("num", ROLLOUT)) == 1
+        if step.when is not None:
+            sel = sel & (self.at(step.when, Type("num", ROLLOUT)) == 1)
+        return sel
+
+    def gate_rules(self, step, gate_codes) -> None:
+        G = self.G
+        decided = np.zeros(G, dtype=bool)
+        value = np.zeros(G)
+        codes = np.full(G, -1, dtype=np.int64)
+        reasons = self.ir.gate_reasons[step.name]
+        for verdict, reason, when in step.rules:
+            hit = np.ones(G, dtype=bool) if when is None else (
+                np.broadcast_to(self.lift(self.eval(when), when.ty, Type("num", GROUP)), (G,)) == 1)
+            new = hit & ~decided
+            value[new] = 1.0 if verdict == "open" else 0.0
+            codes[new] = reasons.index(reason)
+            decided |= new
+        codes[~decided] = reasons.index("closed")
+        self.env[step.name] = value
+        gate_codes[step.name] = codes

@@ -1,0 +1,141 @@
+"""Params: a pydantic model generated from each shaper's declarations, and per-group rows.
+
+A param value may be one scalar for the whole batch or one value per group (an array of
+length G), so per-agent overrides run in a single kernel call.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Annotated, Any, Literal, Mapping, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+
+from ..compiler.ir import ParamSpec, ShaperIR
+
+
+class ParamError(ValueError):
+    """A bad param: names the key, and the closest valid key for an unknown one."""
+
+
+def _suggest(key: str, options) -> str:
+    close = difflib.get_close_matches(key, list(options), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _band_check(value):
+    if value is None:
+        return value
+    a, b, f = (float(x) for x in value)
+    if not b > a:
+        raise ValueError(f"band needs b > a, got a={a:g}, b={b:g}")
+    if not 0 <= f <= 1:
+        raise ValueError(f"band needs 0 <= f <= 1, got f={f:g}")
+    return (a, b, f)
+
+
+def _field(spec: ParamSpec):
+    if spec.kind == "enum":
+        typ: Any = Literal[spec.members]  # type: ignore[valid-type]
+    elif spec.kind == "bool":
+        typ = bool
+    elif spec.kind == "band":
+        typ = tuple[float, float, float]
+    else:
+        bounds = {}
+        if spec.lo is not None:
+            bounds["gt" if spec.lo_strict else "ge"] = spec.lo
+        if spec.hi is not None:
+            bounds["lt" if spec.hi_strict else "le"] = spec.hi
+        base = int if spec.kind == "int" else float
+        typ = Annotated[base, Field(allow_inf_nan=False, **bounds)] if base is float else Annotated[base, Field(**bounds)]
+    if spec.optional:
+        return (Optional[typ], None)
+    if spec.required:
+        return (typ, ...)
+    return (typ, spec.default)
+
+
+_MODELS: dict[int, tuple[ShaperIR, type[BaseModel]]] = {}  # by id; holding the IR keeps the id unique
+
+
+def params_model(ir: ShaperIR) -> type[BaseModel]:
+    """The pydantic model of a shaper's params: typed, ranged, unknown keys rejected."""
+    if id(ir) in _MODELS:
+        return _MODELS[id(ir)][1]
+    fields = {spec.name: _field(spec) for spec in ir.params}
+    validators = {}
+    for spec in ir.params:
+        if spec.kind == "band":
+            validators[f"_check_{spec.name}"] = field_validator(spec.name)(_band_check)
+    model = create_model(  # type: ignore[call-overload]
+        f"{ir.name}_params", __config__=ConfigDict(extra="forbid", strict=False), __validators__=validators, **fields
+    )
+    _MODELS[id(ir)] = (ir, model)
+    return model
+
+
+def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str = "") -> dict[str, Any]:
+    """Validate scalar params; unknown keys name the closest valid one."""
+    values = dict(values or {})
+    names = [s.name for s in ir.params]
+    for key in values:
+        if key not in names:
+            raise ParamError(f"{where}unknown param {key!r} for shaper {ir.name!r}{_suggest(key, names)}")
+    try:
+        model = params_model(ir).model_validate(values)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise ParamError(f"{where}param {loc!r} of shaper {ir.name!r}: {first['msg']}") from None
+    return model.model_dump()
+
+
+def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict[str, np.ndarray]:
+    """Scalars or per-group arrays -> float64 arrays of length G (bands: (G, 4); enums: member index)."""
+    params = dict(params or {})
+    specs = {s.name: s for s in ir.params}
+    for key in params:
+        if key not in specs:
+            raise ParamError(f"unknown param {key!r} for shaper {ir.name!r}{_suggest(key, list(specs))}")
+    per_group = {k: v for k, v in params.items() if _is_per_group(specs[k], v)}
+    scalars = {k: v for k, v in params.items() if k not in per_group}
+    resolved = validate_params(ir, scalars)
+    out: dict[str, np.ndarray] = {}
+    for spec in ir.params:
+        if spec.name in per_group:
+            column = list(per_group[spec.name])
+            if len(column) != G:
+                raise ParamError(f"param {spec.name!r}: expected {G} per-group values, got {len(column)}")
+            memo: dict[Any, Any] = {}  # per-group columns repeat a few values: validate each once
+            rows = []
+            for g, v in enumerate(column):
+                key = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v
+                if key not in memo:
+                    memo[key] = _encode(spec, validate_params(ir, {spec.name: v}, f"group {g}: ")[spec.name])
+                rows.append(memo[key])
+        else:
+            rows = [_encode(spec, resolved[spec.name])] * G
+        out[spec.name] = np.array(rows, dtype=np.float64).reshape((G, 4) if spec.kind == "band" else (G,))
+    return out
+
+
+def _is_per_group(spec: ParamSpec, value: Any) -> bool:
+    """A list or array is one value per group, except a band's own (a, b, f)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim == (2 if spec.kind == "band" else 1)
+    if isinstance(value, list):
+        return spec.kind != "band" or all(v is None or isinstance(v, (list, tuple)) for v in value)
+    return False
+
+
+def _encode(spec: ParamSpec, value: Any):
+    if spec.kind == "band":
+        return (math.nan, math.nan, math.nan, 0.0) if value is None else (*map(float, value), 1.0)
+    if value is None:
+        return math.nan
+    if spec.kind == "enum":
+        return float(spec.members.index(value))
+    return float(value)

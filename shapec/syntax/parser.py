@@ -1,0 +1,329 @@
+"""Source text -> AST. Lark does the parsing; this module only builds nodes and converts errors."""
+
+from __future__ import annotations
+
+import ast as pyast
+from functools import lru_cache
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from . import ast as A
+from .source import Diagnostic, ShapeError, Source, Span
+
+_TERMINAL_NAMES = {
+    "NAME": "a name",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "LONG_STRING": "a docstring",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "EQUAL": "'='",
+    "DOT": "'.'",
+    "CMP_OP": "a comparison",
+    "ADD_OP": "'+' or '-'",
+    "MUL_OP": "'*' or '/'",
+    "MINUS": "'-'",
+    "QMARK": "'?'",
+    "OPTIONAL": "'?'",
+    "GATE_VERDICT": "'open' or 'closed'",
+    "SKIP_MODE": "'when' or 'unless'",
+    "REQUIRES": "'requires'",
+    "PRODUCES": "'produces'",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    return Lark.open(
+        "../grammar/shape.lark",
+        rel_to=__file__,
+        parser="lalr",
+        propagate_positions=True,
+        maybe_placeholders=True,
+    )
+
+
+def _describe(name: str) -> str:
+    if name in _TERMINAL_NAMES:
+        return _TERMINAL_NAMES[name]
+    if name.startswith("__ANON") or name.isupper():
+        pattern = _lark().get_terminal(name).pattern
+        return f"'{pattern.value}'" if pattern.type == "str" else name.lower()
+    return name
+
+
+def _expected(names: set[str]) -> str:
+    words = sorted({_describe(n) for n in names})
+    if len(words) > 6:
+        words = words[:6] + ["..."]
+    return " or ".join(words)
+
+
+def _syntax_error(src: Source, err: UnexpectedInput) -> Diagnostic:
+    """One function turns every Lark error into a coded diagnostic."""
+    if isinstance(err, UnexpectedEOF):
+        end = len(src.text)
+        return Diagnostic("E103", "input ended unexpectedly", Span(src, end, end))
+    if isinstance(err, UnexpectedToken):
+        tok = err.token
+        if tok.type == "$END":
+            end = len(src.text)
+            return Diagnostic("E103", f"input ended unexpectedly; expected {_expected(err.expected)}", Span(src, end, end))
+        start = tok.start_pos if tok.start_pos is not None else 0
+        return Diagnostic(
+            "E101",
+            f"unexpected {tok.value!r}; expected {_expected(err.expected)}",
+            Span(src, start, start + max(1, len(tok.value))),
+        )
+    if isinstance(err, UnexpectedCharacters):
+        ch = src.text[err.pos_in_stream] if err.pos_in_stream < len(src.text) else ""
+        return Diagnostic("E102", f"unexpected character {ch!r}", Span(src, err.pos_in_stream, err.pos_in_stream + 1))
+    return Diagnostic("E101", str(err).splitlines()[0], Span(src, 0, 1))
+
+
+def _doc(token: Token) -> str:
+    return str(token)[3:-3]
+
+
+@v_args(meta=True)
+class _Builder(Transformer):
+    """Builds AST nodes with spans from Lark's meta information."""
+
+    def __init__(self, src: Source):
+        super().__init__()
+        self.src = src
+
+    def _span(self, meta) -> Span:
+        if getattr(meta, "empty", True):
+            return Span(self.src, 0, 0)
+        return Span(self.src, meta.start_pos, meta.end_pos)
+
+    def _tok_span(self, tok: Token) -> Span:
+        return Span(self.src, tok.start_pos, tok.end_pos)
+
+    # module level
+    def start(self, meta, children):
+        doc = None
+        items = list(children)
+        if items and isinstance(items[0], tuple) and items[0][0] == "doc":
+            doc = items.pop(0)[1]
+        return A.Module(doc, tuple(items), self._span(meta))
+
+    def docstring(self, meta, children):
+        return ("doc", _doc(children[0]))
+
+    def dotted(self, meta, children):
+        return ".".join(str(c) for c in children)
+
+    def import_(self, meta, children):
+        target, alias = children[0], children[1]
+        if isinstance(target, Token) and target.type == "STRING":
+            return A.Import(pyast.literal_eval(str(target)), True, str(alias) if alias else None, self._span(meta))
+        return A.Import(str(target), False, str(alias) if alias else None, self._span(meta))
+
+    def fn_def(self, meta, children):
+        name, *rest = children
+        body = rest[-1]
+        params = tuple(str(p) for p in rest[:-1] if p is not None)
+        return A.FnDef(str(name), params, body, self._span(meta))
+
+    def shaper(self, meta, children):
+        name = str(children[0])
+        params, contracts, body, doc = [], [], [], None
+        for c in children[1:]:
+            if c is None:
+                continue
+            if isinstance(c, A.Param):
+                params.append(c)
+            elif isinstance(c, A.Contract):
+                contracts.append(c)
+            elif isinstance(c, tuple) and c[0] == "doc":
+                doc = c[1]
+            else:
+                body.append(c)
+        return A.Shaper(name, tuple(params), tuple(contracts), doc, tuple(body), self._span(meta))
+
+    def contract(self, meta, children):
+        kind, value = children
+        return A.Contract(str(kind), str(value), self._span(meta))
+
+    def param(self, meta, children):
+        name, ptype, constraint, default = children
+        return A.Param(str(name), ptype, constraint, default, self._span(meta))
+
+    def ptype_named(self, meta, children):
+        name, optional = children
+        return A.PType(str(name), optional is not None, (), self._span(meta))
+
+    def ptype_enum(self, meta, children):
+        return A.PType("enum", False, tuple(str(c) for c in children), self._span(meta))
+
+    def bound(self, meta, children):
+        op, value = children
+        return A.Constraint(str(op), value, None, self._span(meta))
+
+    def range_(self, meta, children):
+        lo, hi = children
+        return A.Constraint("in", lo, hi, self._span(meta))
+
+    # statements
+    def input_decl(self, meta, children):
+        return A.Input(str(children[0]), str(children[1]), self._span(meta))
+
+    def meta_decl(self, meta, children):
+        return A.Meta(str(children[0]), children[1], self._span(meta))
+
+    def mtype_scalar(self, meta, children):
+        return A.MetaType("scalar", str(children[0]), (), self._span(meta))
+
+    def mtype_list(self, meta, children):
+        return A.MetaType("list", "", tuple(children), self._span(meta))
+
+    def mtype_record(self, meta, children):
+        return A.MetaType("record", "", tuple(children), self._span(meta))
+
+    def field(self, meta, children):
+        return A.Field(str(children[0]), str(children[1]), self._span(meta))
+
+    def channel(self, meta, children):
+        return A.Channel(str(children[0]), children[1], self._span(meta))
+
+    def let(self, meta, children):
+        return A.Let(str(children[0]), children[1], self._span(meta))
+
+    def gate(self, meta, children):
+        return A.Gate(str(children[0]), children[1], self._span(meta))
+
+    def gate_rules(self, meta, children):
+        return A.GateRules(str(children[0]), tuple(children[1:]), self._span(meta))
+
+    def gate_rule(self, meta, children):
+        verdict, reason, when = children
+        return A.GateRule(str(verdict), str(reason), when, self._span(meta))
+
+    def skip(self, meta, children):
+        return A.Skip(str(children[0]), str(children[1]), children[2], self._span(meta))
+
+    def on_clause(self, meta, children):
+        return ("on", children[0])
+
+    def when_clause(self, meta, children):
+        return ("when", children[0])
+
+    def _clauses(self, rest):
+        found = {"on": None, "when": None}
+        for c in rest:
+            if c is not None:
+                found[c[0]] = c[1]
+        return found["on"], found["when"]
+
+    def term(self, meta, children):
+        on, when = self._clauses(children[2:])
+        return A.Term(str(children[0]), children[1], on, when, self._span(meta))
+
+    def factor(self, meta, children):
+        on, when = self._clauses(children[2:])
+        return A.Factor(str(children[0]), children[1], on, when, self._span(meta))
+
+    def clamp(self, meta, children):
+        on, when = self._clauses(children[1:])
+        return A.Clamp(children[0], on, when, self._span(meta))
+
+    def state(self, meta, children):
+        name, typ, init, update = children
+        return A.State(str(name), str(typ), init, update, self._span(meta))
+
+    def metric(self, meta, children):
+        return A.Metric(str(children[0]), children[1], self._span(meta))
+
+    def result(self, meta, children):
+        return A.Result(children[0], self._span(meta))
+
+    def pipeline(self, meta, children):
+        return A.Pipeline(str(children[0]), tuple(children[1:]), self._span(meta))
+
+    def stage(self, meta, children):
+        ref, *args = children
+        if args == [None] or not args:
+            return A.Stage(ref, None, self._span(meta))
+        return A.Stage(ref, tuple(a for a in args if a is not None), self._span(meta))
+
+    def kwarg(self, meta, children):
+        return A.KwArg(str(children[0]), children[1], self._span(meta))
+
+    # expressions
+    def cond(self, meta, children):
+        return A.Cond(*children, span=self._span(meta))
+
+    def or_(self, meta, children):
+        return A.Binary("or", children[0], children[1], self._span(meta))
+
+    def and_(self, meta, children):
+        return A.Binary("and", children[0], children[1], self._span(meta))
+
+    def not_(self, meta, children):
+        return A.Unary("not", children[0], self._span(meta))
+
+    def compare(self, meta, children):
+        left, op, right = children
+        return A.Binary(str(op), left, right, self._span(meta))
+
+    def fallback(self, meta, children):
+        return A.Binary("??", children[0], children[1], self._span(meta))
+
+    def binop(self, meta, children):
+        left, op, right = children
+        return A.Binary(str(op), left, right, self._span(meta))
+
+    def neg(self, meta, children):
+        return A.Unary("-", children[0], self._span(meta))
+
+    def pow(self, meta, children):
+        return A.Binary("**", children[0], children[1], self._span(meta))
+
+    def getattr(self, meta, children):
+        return A.GetAttr(children[0], str(children[1]), self._span(meta))
+
+    def call(self, meta, children):
+        func, *args = children
+        return A.Call(func, tuple(a for a in args if a is not None), self._span(meta))
+
+    def arg(self, meta, children):
+        return A.Arg(children[0], children[1], self._span(meta))
+
+    def number(self, meta, children):
+        text = str(children[0])
+        is_int = all(ch.isdigit() for ch in text)
+        return A.Number(int(text) if is_int else float(text), text, self._span(meta))
+
+    def string(self, meta, children):
+        return A.String(pyast.literal_eval(str(children[0])), self._span(meta))
+
+    def true(self, meta, children):
+        return A.Bool(True, self._span(meta))
+
+    def false(self, meta, children):
+        return A.Bool(False, self._span(meta))
+
+    def name(self, meta, children):
+        return A.Name(str(children[0]), self._span(meta))
+
+    def band_lit(self, meta, children):
+        return A.BandLit(*children, span=self._span(meta))
+
+
+def parse(text: str, path: str = "<string>") -> A.Module:
+    """Parse source text into a Module, raising ShapeError with a coded diagnostic."""
+    src = Source(path, text)
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as err:
+        raise ShapeError([_syntax_error(src, err)]) from None
+    return _Builder(src).transform(tree)

@@ -1,0 +1,184 @@
+"""AST -> canonical .shape source. `parse(pretty(parse(s))) == parse(s)` for every spec."""
+
+from __future__ import annotations
+
+from . import ast as A
+
+_BINARY_PREC = {
+    "or": 2, "and": 3,
+    "==": 5, "!=": 5, "<": 5, "<=": 5, ">": 5, ">=": 5,
+    "??": 6, "+": 7, "-": 7, "*": 8, "/": 8, "**": 10,
+}
+_COMPARE = {"==", "!=", "<", "<=", ">", ">="}
+_WIDTH = 88
+
+
+def _prec(e: A.Expr) -> int:
+    match e:
+        case A.Cond():
+            return 1
+        case A.Binary(op=op):
+            return _BINARY_PREC[op]
+        case A.Unary(op="not"):
+            return 4
+        case A.Unary(op="-"):
+            return 9
+        case A.GetAttr() | A.Call():
+            return 11
+        case _:
+            return 12
+
+
+def expr(e: A.Expr, need: int = 0) -> str:
+    """Print an expression, adding parentheses only where precedence needs them."""
+    text = _expr(e)
+    return f"({text})" if _prec(e) < need else text
+
+
+def _expr(e: A.Expr) -> str:
+    match e:
+        case A.Number(text=text):
+            return text
+        case A.String(value=value):
+            return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        case A.Bool(value=value):
+            return "true" if value else "false"
+        case A.Name(id=name):
+            return name
+        case A.GetAttr(obj=obj, attr=attr):
+            return f"{expr(obj, 11)}.{attr}"
+        case A.Call(func=func, args=args):
+            return f"{expr(func, 11)}({', '.join(_arg(a) for a in args)})"
+        case A.Unary(op="not", operand=x):
+            return f"not {expr(x, 4)}"
+        case A.Unary(op="-", operand=x):
+            return f"-{expr(x, 9)}"
+        case A.Binary(op="**", left=left, right=right):
+            return f"{expr(left, 11)} ** {expr(right, 9)}"
+        case A.Binary(op=op, left=left, right=right) if op in _COMPARE:
+            return f"{expr(left, 6)} {op} {expr(right, 6)}"
+        case A.Binary(op=op, left=left, right=right):
+            p = _BINARY_PREC[op]
+            return f"{expr(left, p)} {op} {expr(right, p + 1)}"
+        case A.Cond(test=test, then=then, orelse=orelse):
+            return f"{expr(test, 2)} ? {expr(then, 1)} : {expr(orelse, 1)}"
+        case A.BandLit(a=a, b=b, f=f):
+            return "{" + f"{expr(a)}, {expr(b)}, {expr(f)}" + "}"
+    raise TypeError(f"pretty: unknown expression node {type(e).__name__}")
+
+
+def _arg(a: A.Arg) -> str:
+    return expr(a.value) if a.where is None else f"{expr(a.value)} where {expr(a.where)}"
+
+
+def _param(p: A.Param) -> str:
+    if p.type.name == "enum":
+        text = f"{p.name}: enum({', '.join(p.type.members)})"
+    else:
+        text = f"{p.name}: {p.type.name}{'?' if p.type.optional else ''}"
+    if p.constraint is not None:
+        c = p.constraint
+        text += f" in [{expr(c.lo)}, {expr(c.hi)}]" if c.op == "in" else f" {c.op} {expr(c.lo)}"
+    if p.default is not None:
+        text += f" = {expr(p.default)}"
+    return text
+
+
+def _clauses(on: A.Expr | None, when: A.Expr | None) -> str:
+    text = ""
+    if on is not None:
+        text += f" on {expr(on)}"
+    if when is not None:
+        text += f" when {expr(when)}"
+    return text
+
+
+def _doc(doc: str, indent: str) -> list[str]:
+    return [f'{indent}"""{doc}"""']
+
+
+def stmt(s: A.Stmt) -> list[str]:
+    match s:
+        case A.Input(name=name, type=typ):
+            return [f"input {name}: {typ}"]
+        case A.Meta(name=name, type=mt):
+            if mt.kind == "scalar":
+                return [f"meta {name}: {mt.type}"]
+            fields = ", ".join(f"{f.name}: {f.type}" for f in mt.fields)
+            return [f"meta {name}: list({fields})" if mt.kind == "list" else f"meta {name}: {{{fields}}}"]
+        case A.Channel(name=name, expr=e):
+            return [f"channel {name} = {expr(e)}"]
+        case A.Let(name=name, expr=e):
+            return [f"let {name} = {expr(e)}"]
+        case A.Gate(name=name, expr=e):
+            return [f"gate {name} = {expr(e)}"]
+        case A.GateRules(name=name, rules=rules):
+            lines = [f"gate {name} {{"]
+            for r in rules:
+                when = "" if r.when is None else f" when {expr(r.when)}"
+                lines.append(f"  {r.verdict} {r.reason}{when}")
+            return lines + ["}"]
+        case A.Skip(reason=reason, mode=mode, cond=cond):
+            return [f"skip {reason} {mode} {expr(cond)}"]
+        case A.Term(name=name, expr=e, on=on, when=when):
+            return [f"term {name} = {expr(e)}{_clauses(on, when)}"]
+        case A.Factor(name=name, expr=e, on=on, when=when):
+            return [f"factor {name} = {expr(e)}{_clauses(on, when)}"]
+        case A.Clamp(lo=lo, on=on, when=when):
+            return [f"clamp >= {expr(lo)}{_clauses(on, when)}"]
+        case A.State(name=name, type=typ, init=init, update=update):
+            return [f"state {name}: {typ} = {expr(init)} update {expr(update)}"]
+        case A.Metric(name=name, expr=e):
+            return [f"metric {name} = {expr(e)}"]
+        case A.Result(expr=e):
+            return [f"result = {expr(e)}"]
+    raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
+
+
+def _shaper(s: A.Shaper) -> list[str]:
+    contracts = "".join(f" {c.kind} {c.value}" for c in s.contracts)
+    params = [_param(p) for p in s.params]
+    one_line = f"shaper {s.name}({', '.join(params)}){contracts} {{"
+    if len(one_line) <= _WIDTH:
+        lines = [one_line]
+    else:
+        lines = [f"shaper {s.name}("] + [f"  {p}," for p in params] + [f"){contracts} {{"]
+    if s.doc is not None:
+        lines += _doc(s.doc, "  ")
+    for st in s.body:
+        lines += [f"  {line}" for line in stmt(st)]
+    return lines + ["}"]
+
+
+def item(it: A.Item) -> list[str]:
+    match it:
+        case A.Import(target=target, is_path=is_path, alias=alias):
+            text = f'import "{target}"' if is_path else f"import {target}"
+            return [text + (f" as {alias}" if alias else "")]
+        case A.FnDef(name=name, params=params, body=body):
+            return [f"fn {name}({', '.join(params)}) = {expr(body)}"]
+        case A.Shaper():
+            return _shaper(it)
+        case A.Pipeline(name=name, stages=stages):
+            parts = []
+            for st in stages:
+                args = "" if st.args is None else "(" + ", ".join(f"{a.name}={expr(a.value)}" for a in st.args) + ")"
+                parts.append(st.ref + args)
+            return [f"pipeline {name} = {' >> '.join(parts)}"]
+    raise TypeError(f"pretty: unknown item node {type(it).__name__}")
+
+
+def pretty(module: A.Module) -> str:
+    """Canonical source for a module: one blank line between items, two-space indents."""
+    blocks: list[str] = []
+    if module.doc is not None:
+        blocks.append(f'"""{module.doc}"""')
+    prev = None
+    for it in module.items:
+        text = "\n".join(item(it))
+        # imports and fns sit together; shapers and pipelines get a blank line around them
+        if blocks and (type(it) is not type(prev) or isinstance(it, A.Shaper)):
+            blocks.append("")
+        blocks.append(text)
+        prev = it
+    return "\n".join(blocks) + "\n"
