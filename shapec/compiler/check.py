@@ -388,10 +388,11 @@ class ShaperChecker:
                         if node.ty.level == ROLLOUT:
                             self.error("E303", "a skip decides per group; reduce this per-rollout condition "
                                        "with any(), all() or count()", e.span)
-                        elif any(n.op == "ref" and n.attr[0] == "var" and self.env[n.attr[1]].kind != "channel"
-                                 for n in _walk(node)):
+                        elif self.skip_free(node) is None:
                             self.error("E209", "a skip condition may use only params, inputs, channels and "
                                        "metadata, because skips run before the shaper body", e.span)
+                        else:
+                            node = self.skip_free(node)
                     skips.append(Step("skip", reason, node, mode=mode))
                 case A.Term(name=name, expr=e, on=on, when=when):
                     node, on_n, when_n = self.applied(e, on, when, "term")
@@ -707,14 +708,40 @@ class ShaperChecker:
         return -INF, INF
 
     def _uses_group(self, node: Node) -> bool:
-        for n in _walk(node):
-            if n.op == "reduce" or (n.op == "ref" and n.ty.level == GROUP):
-                return True
-            if n.op == "ref" and n.attr[0] == "var":
-                b = self.env.get(n.attr[1])
-                if b is not None and b.kind not in ("channel",):
-                    return True
-        return False
+        return self.group_free(node) is None
+
+    def skip_free(self, node: Node) -> Node | None:
+        """A skip condition with rollout-level lets and gates inlined; None if it reads group results."""
+        if node.op == "ref" and node.attr[0] == "var":
+            return self.group_free(node)
+        if node.op == "reduce":
+            args = [self.group_free(a) for a in node.args]
+            return None if any(a is None for a in args) else replace(node, args=tuple(args))
+        args = [self.skip_free(a) for a in node.args]
+        return None if any(a is None for a in args) else replace(node, args=tuple(args))
+
+    def group_free(self, node: Node) -> Node | None:
+        """The node with rollout-level lets and gates inlined, or None if it needs group values.
+
+        Batch reductions and skips run before the group loop, so whatever they read must be
+        computable from inputs, channels, the reward and params alone.
+        """
+        if node.op == "reduce" or (node.op == "ref" and node.ty.level == GROUP):
+            return None
+        if node.op == "ref" and node.attr[0] == "var":
+            b = self.env.get(node.attr[1])
+            if b is None or b.kind == "channel":
+                return node
+            if b.kind in ("let", "gate") and b.defn is not None and b.defn.ty.level == ROLLOUT:
+                return self.group_free(b.defn)
+            return None
+        args = []
+        for a in node.args:
+            free = self.group_free(a)
+            if free is None:
+                return None
+            args.append(free)
+        return replace(node, args=tuple(args))
 
     # ------------------------------------------------------------ expressions
     def expect_bool(self, node: Node, span: Span, what: str):
@@ -1042,13 +1069,16 @@ class ShaperChecker:
         if arg.ty is POISON or (mask is not None and mask.ty is POISON):
             return Node("poison", (), POISON, span=e.span)
         for n, span in ((arg, first.value.span), (mask, first.where.span if first.where else None)):
-            if n is None:
-                continue
-            if n.ty.items:
+            if n is not None and n.ty.items:
                 return self.error("E306", "batch reductions range over rollouts, not metadata items", span)
-            if not self.metric_ctx and self._uses_group(n):
+        if not self.metric_ctx:
+            free_arg = self.group_free(arg)
+            free_mask = self.group_free(mask) if mask is not None else None
+            if free_arg is None or (mask is not None and free_mask is None):
+                span = first.value.span if free_arg is None else first.where.span
                 return self.error("E303", "a batch reduction runs before groups are shaped; it may use inputs, "
                                   "channels, the reward and params, not group values", span)
+            arg, mask = free_arg, free_mask
         if name in ("count", "any", "all"):
             self.expect_bool(arg, first.value.span, f"the argument of batch.{name}()")
         elif arg.ty.kind not in (NUM, BOOL):

@@ -12,9 +12,10 @@ from typing import Any
 
 from ..syntax.source import Span
 
-# value levels, ordered: a value may be used wherever a higher level is expected
-CONST, PARAM, BATCH, GROUP, ROLLOUT = 0, 1, 2, 3, 4
-LEVEL_NAMES = {CONST: "constant", PARAM: "param", BATCH: "batch", GROUP: "group", ROLLOUT: "rollout"}
+# value levels, ordered: a value may be used wherever a higher level is expected. Params sit above
+# batch values because a param may differ per group (per-agent overrides run in one call).
+CONST, BATCH, PARAM, GROUP, ROLLOUT = 0, 1, 2, 3, 4
+LEVEL_NAMES = {CONST: "constant", BATCH: "batch", PARAM: "param", GROUP: "group", ROLLOUT: "rollout"}
 UNITS = ("tokens", "chars", "seconds", "calls")
 
 
