@@ -40,5 +40,4 @@ CODES = {
     "E602": "param default outside its range",
     "E603": "invalid band",
     "E604": "param default of the wrong type",
-    "E605": "missing required param",
 }

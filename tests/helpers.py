@@ -1,0 +1,41 @@
+"""Shared test helpers: locate a snippet in source, and collect diagnostics."""
+
+from __future__ import annotations
+
+import textwrap
+
+from shapec import check_source
+
+
+def src(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def position(source: str, snippet: str, nth: int = 0) -> tuple[int, int]:
+    """1-based line and column of the nth occurrence of snippet."""
+    start = -1
+    for _ in range(nth + 1):
+        start = source.index(snippet, start + 1)
+    line = source.count("\n", 0, start) + 1
+    col = start - (source.rfind("\n", 0, start) + 1) + 1
+    return line, col
+
+
+def codes(source: str) -> list[str]:
+    return [d.code for d in check_source(source)]
+
+
+def assert_error(source: str, code: str, snippet: str, nth: int = 0, message: str | None = None):
+    """The source has exactly one diagnostic, with this code, at this snippet."""
+    diags = check_source(source)
+    assert [d.code for d in diags] == [code], [d.render() for d in diags]
+    line, col, _, _ = diags[0].location()
+    assert (line, col) == position(source, snippet, nth), diags[0].render()
+    if message is not None:
+        assert message in diags[0].message, diags[0].message
+    return diags[0]
+
+
+def assert_ok(source: str):
+    diags = check_source(source)
+    assert diags == [], [d.render() for d in diags]
