@@ -332,6 +332,9 @@ class Interpreter:
                     out[s:e] = arg[s:e] - seq_sum(sel) / len(sel)
             else:
                 out[g] = reduce_values(op, sel, tuple(float(x[g]) for x in extras))
+                if op in ("argmin", "argmax") and not np.isnan(out[g]):
+                    # an index into the group (or item list), not into the masked selection
+                    out[g] = float(np.flatnonzero(mask[s:e] == 1)[int(out[g])])
         return out
 
     def batch_reduce(self, node: Node) -> float:

@@ -1,0 +1,377 @@
+"""Drop-in for NeMo-RL's `nemo_rl.utils.length_penalty`: same config, signature, rewards and metrics.
+
+Switch with one import:
+
+    from shapec.compat.nemo_rl import LengthPenaltyConfig, apply_group_length_penalties
+
+This module only resolves the config (agent overrides, implicitly enabled global bands), turns
+NeMo-Gym result dicts into arrays, and calls the compiled stdlib shaper
+`shapec/stdlib/nemo_rl.shape::length_penalty`. Every algorithm lives in that spec.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+from typing import Any, Literal, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+logger = logging.getLogger(__name__)
+
+CHANNELS = ("total", "reasoning", "answer")
+METRICS = ("env_reward_mean", "reward_delta_mean", "wiped_correct_frac", "adjusted_frac",
+           "skipped_non_binary_frac")
+
+
+# ------------------------------------------------------------------------------------------ config
+class _Block(BaseModel):
+    """A config block that rejects unknown keys and names the closest valid one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key in data:
+                if key not in cls.model_fields:
+                    close = difflib.get_close_matches(str(key), list(cls.model_fields), n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {sorted(cls.model_fields)}"
+                    raise ValueError(f"unknown key {key!r}{hint}")
+        return data
+
+
+class LengthPenaltyParams(_Block):
+    """`grpo.length_penalty.default` and each `agent_overrides.<agent>`; NeMo-RL's defaults."""
+
+    enabled: bool = True
+    length_type: Literal["tokens", "chars"] = "tokens"
+    top_percentile: float = 0.5
+    reasoning_bonus: float = 0.0
+    answer_bonus: float = 0.0
+    total_bonus: float = 0.0
+    longest_reasoning_penalty: float = 0.0
+    longest_answer_penalty: float = 0.0
+    longest_total_penalty: float = 0.0
+    group_reasoning_length_penalty_coeff: float = 0.0
+    group_answer_length_penalty_coeff: float = 0.0
+    group_total_length_penalty_coeff: float = 0.0
+    reasoning_zmad_threshold: float = 0.0
+    reasoning_zmad_penalty: float = 0.0
+    answer_zmad_threshold: float = 0.0
+    answer_zmad_penalty: float = 0.0
+    total_zmad_threshold: float = 0.0
+    total_zmad_penalty: float = 0.0
+    profiled_length_penalty: float = 0.0
+    profiled_length_n_std: float = 1.0
+    profiled_length_min_samples: int = 2
+    pass_rate_length_penalty_weight: float = 0.0
+    profile_band_total: bool = False
+    profile_band_reasoning: bool = False
+    profile_band_answer: bool = False
+    group_length_penalty_profile_gate: bool = False
+    group_length_penalty_profile_gate_channel: Literal["total", "reasoning", "answer"] = "total"
+    group_length_penalty_profile_gate_field: Literal["a", "b", "f"] = "a"
+    group_length_penalty_profile_gate_positive_only: bool = True
+
+
+class ProfileBandChannel(_Block):
+    """One global {a, b, f} band: multiplier 1 up to a, linear to f at b, f past b."""
+
+    a: float
+    b: float
+    f: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _b_above_a(self) -> "ProfileBandChannel":
+        if self.b <= self.a:
+            raise ValueError(f"profile band requires b > a, got a={self.a}, b={self.b}")
+        return self
+
+
+class ProfileBandDefaults(_Block):
+    total: Optional[ProfileBandChannel] = None
+    reasoning: Optional[ProfileBandChannel] = None
+    answer: Optional[ProfileBandChannel] = None
+
+
+class ProfileBandConfig(_Block):
+    """Global bands for datasets without per-row `profile_band` metadata."""
+
+    enabled: bool = False
+    defaults: ProfileBandDefaults = Field(default_factory=ProfileBandDefaults)
+
+
+class LengthPenaltyConfig(_Block):
+    """`grpo.length_penalty`. `agent_overrides.<agent>: null` keeps `default` for that agent."""
+
+    verbose: bool = False
+    default: LengthPenaltyParams = Field(default_factory=LengthPenaltyParams)
+    agent_overrides: Optional[dict[str, Optional[LengthPenaltyParams]]] = None
+    profile_band: Optional[ProfileBandConfig] = None
+
+
+def global_bands(cfg: LengthPenaltyConfig) -> dict[str, tuple[float, float, float]]:
+    """The channels listed under an enabled `profile_band.defaults`, as (a, b, f)."""
+    pb = cfg.profile_band
+    if pb is None or not pb.enabled:
+        return {}
+    return {ch: (block.a, block.b, block.f) for ch in CHANNELS if (block := getattr(pb.defaults, ch)) is not None}
+
+
+def default_params(cfg: LengthPenaltyConfig, bands: dict[str, Any]) -> dict[str, Any]:
+    """`default`, with global band channels enabled unless the user set their flag explicitly."""
+    params = cfg.default.model_dump()
+    for ch in bands:
+        if f"profile_band_{ch}" not in cfg.default.model_fields_set:
+            params[f"profile_band_{ch}"] = True
+    return params
+
+
+def agent_params(agent: str, cfg: LengthPenaltyConfig, defaults: dict[str, Any]) -> dict[str, Any]:
+    """An agent's params: its override's explicitly set keys over the defaults."""
+    overrides = cfg.agent_overrides
+    if overrides is None:
+        return defaults
+    if agent not in overrides:
+        print(f"[length_penalty] WARNING: agent '{agent}' not found in agent_overrides, falling back to defaults",
+              flush=True)
+        return defaults
+    override = overrides[agent]
+    if override is None:
+        return defaults
+    return {**defaults, **override.model_dump(exclude_unset=True)}
+
+
+# ------------------------------------------------------------------------------------------ lengths
+def _get(obj: Any, key: str, default: Any) -> Any:
+    return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+
+
+def response_texts(result: Any) -> tuple[str, str]:
+    """(reasoning, answer) text of one NeMo-Gym result row: the model's own output only.
+
+    Reasoning is the concatenated summary text of `reasoning` items; the answer is the text of
+    `message` items whose role is assistant or absent (user-role env observations are skipped).
+    Items may be dicts or objects with attributes.
+    """
+    full = result.get("full_result", {})
+    response = full.get("response", {})
+    items = _get(response, "output", [])
+    reasoning: list[str] = []
+    answer: list[str] = []
+    for item in items:
+        kind = _get(item, "type", "")
+        if kind == "reasoning":
+            reasoning.extend(_get(part, "text", "") for part in _get(item, "summary", []))
+        elif kind == "message":
+            if _get(item, "role", None) not in (None, "assistant"):
+                continue
+            content = _get(item, "content", [])
+            if isinstance(content, list):
+                answer.extend(_get(part, "text", "") for part in content)
+            elif isinstance(content, str):
+                answer.append(content)
+    return "".join(reasoning), "".join(answer)
+
+
+def length_of(text: str, length_type: str, tokenizer: Any = None) -> int:
+    """Tokens (without special tokens; 0 for empty text) or characters; chars when no tokenizer."""
+    if length_type == "tokens" and tokenizer is not None:
+        return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
+    return len(text)
+
+
+def _row_band(block: Any) -> tuple[float, float, float, float]:
+    """A row's band channel -> (a, b, f, present). A present but malformed channel has NaN fields."""
+
+    def num(v: Any) -> float:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+    if not isinstance(block, dict):
+        return (math.nan, math.nan, math.nan, 1.0)
+    return (num(block.get("a")), num(block.get("b")), num(block.get("f")), 1.0)
+
+
+# ------------------------------------------------------------------------------------------ shaper
+_SHAPERS: dict[str, Any] = {}
+_NON_BINARY_WARNED_AGENTS: set[str] = set()
+
+
+def length_penalty_shaper(backend: str | None = None):
+    """The compiled stdlib `nemo_rl.length_penalty`, compiled once per backend (default: SHAPEC_BACKEND)."""
+    from ..runtime.shaper import default_backend
+
+    backend = backend or default_backend()
+    if backend not in _SHAPERS:
+        from ..api import load
+
+        _SHAPERS[backend] = load("nemo_rl", backend=backend)["length_penalty"]
+    return _SHAPERS[backend]
+
+
+def _param_columns(per_group: list[dict[str, Any]], bands: dict[str, tuple]) -> dict[str, Any]:
+    """Shaper params: a scalar where every group agrees, else one value per group."""
+    params: dict[str, Any] = {}
+    distinct = {id(p): p for p in per_group}
+    for key in per_group[0]:
+        if key == "length_type":
+            continue
+        values = {repr(p[key]) for p in distinct.values()}
+        params[key] = per_group[0][key] if len(values) == 1 else [p[key] for p in per_group]
+    for ch in CHANNELS:
+        params[f"global_band_{ch}"] = bands.get(ch)
+    return params
+
+
+def apply_group_length_penalties(
+    results: list[dict[str, Any]],
+    length_penalty_config: LengthPenaltyConfig | dict[str, Any],
+    group_size: int,
+    tokenizer: Any = None,
+) -> dict[str, float]:
+    """Apply NeMo-RL's per-prompt-group length penalties; mutate `full_result["reward"]` in place.
+
+    `group_size` contiguous rows form a group (the last may be shorter). Returns the five
+    `length_penalty/*` per-row metrics, or {} when nothing is enabled or `results` is empty.
+    """
+    cfg = (length_penalty_config if isinstance(length_penalty_config, LengthPenaltyConfig)
+           else LengthPenaltyConfig.model_validate(length_penalty_config))
+    bands = global_bands(cfg)
+    if not cfg.default.enabled and not cfg.agent_overrides and not bands:
+        return {}
+    if not results:
+        return {}
+    if group_size <= 0:
+        raise ValueError("group_size must be greater than zero")
+
+    n = len(results)
+    starts = range(0, n, group_size)
+    G = len(starts)
+    defaults = default_params(cfg, bands)
+    agents = [results[s]["agent_ref"]["name"] for s in starts]
+    memo: dict[str, dict[str, Any]] = {}
+    per_group = []
+    for agent in agents:
+        if cfg.agent_overrides is not None and agent not in cfg.agent_overrides:
+            per_group.append(agent_params(agent, cfg, defaults))  # prints the warning per group
+        else:
+            if agent not in memo:
+                memo[agent] = agent_params(agent, cfg, defaults)
+            per_group.append(memo[agent])
+
+    rewards = np.empty(n)
+    components = np.zeros(n)
+    low_effort = np.zeros(n)
+    reasoning = np.zeros(n)
+    answer = np.zeros(n)
+    texts: list[tuple[str, str]] = []
+    for i, row in enumerate(results):
+        full = row["full_result"]
+        rewards[i] = full["reward"]
+        if full.get("reward_components"):
+            components[i] = 1.0
+        if row.get("low_effort_applied"):
+            low_effort[i] = 1.0
+        texts.append(response_texts(row))
+    for g, s in enumerate(starts):
+        params = per_group[g]
+        if not params["enabled"]:
+            continue
+        use_tokens = params["length_type"] == "tokens" and tokenizer is not None
+        for i in range(s, min(s + group_size, n)):
+            r_text, a_text = texts[i]
+            if use_tokens:
+                reasoning[i] = len(tokenizer.encode(r_text, add_special_tokens=False)) if r_text else 0
+                answer[i] = len(tokenizer.encode(a_text, add_special_tokens=False)) if a_text else 0
+            else:
+                reasoning[i] = len(r_text)
+                answer[i] = len(a_text)
+
+    out = length_penalty_shaper()(
+        rewards, group_size=group_size,
+        channels={"reasoning": reasoning, "answer": answer, "low_effort": low_effort},
+        metadata=_group_metadata(results, starts),
+        params=_param_columns(per_group, bands),
+        reward_components=components,
+    )
+    final = out.rewards
+    for i in np.flatnonzero(final != rewards):
+        results[i]["full_result"]["reward"] = float(final[i])
+
+    reasons = out.skip_reasons
+    for g, agent in enumerate(agents):
+        if reasons[g] == "non_binary" and agent not in _NON_BINARY_WARNED_AGENTS:
+            _NON_BINARY_WARNED_AGENTS.add(agent)
+            logger.warning(
+                "length penalties require binary (0/1) single-reward env rewards; agent %s produced non-binary "
+                "or multi-component rewards — skipping length penalties for its prompt groups", agent)
+    if cfg.verbose:
+        _print_breakdown(out, agents, per_group, reasoning, answer, rewards)
+    return {f"length_penalty/{k}": float(out.metrics[k]) for k in METRICS}
+
+
+def _group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, Any]:
+    """Per-group metadata from each group's first row: profile bands and profiled rollouts."""
+    G = len(starts)
+    band_rows = {ch: np.full((G, 4), math.nan) for ch in CHANNELS}
+    for ch in CHANNELS:
+        band_rows[ch][:, 3] = 0.0
+    offsets = np.zeros(G + 1, dtype=np.int64)
+    p_rewards: list[float] = []
+    p_lengths: list[float] = []
+    for g, s in enumerate(starts):
+        first = results[s]
+        band = first.get("profile_band")
+        if band and isinstance(band, dict):
+            for ch in CHANNELS:
+                if ch in band:
+                    band_rows[ch][g] = _row_band(band[ch])
+        pr, pl = first.get("profiled_rewards"), first.get("profiled_output_lengths")
+        k = 0
+        if pr is not None and pl is not None:
+            k = min(len(pr), len(pl))
+            p_rewards.extend(pr[:k])
+            p_lengths.extend(pl[:k])
+        offsets[g + 1] = offsets[g] + k
+    return {
+        "profile_band": band_rows,
+        "profiled": {"offsets": offsets, "reward": np.asarray(p_rewards, dtype=np.float64),
+                     "length": np.asarray(p_lengths, dtype=np.float64)},
+    }
+
+
+def _print_breakdown(out, agents, per_group, reasoning, answer, env_rewards) -> None:
+    """NeMo-RL's verbose per-group log, from the shaper's per-term outputs and gate reasons."""
+    offsets = out.offsets
+    terms, factors, gates = out.terms, out.factors, out.gates
+    reasons = out.skip_reasons
+    print(f"\n{'=' * 70}", flush=True)
+    print(f"[Rollout] {len(env_rewards)} samples, {len(agents)} groups, "
+          f"{int(np.sum(out.rewards != env_rewards))} rollouts adjusted", flush=True)
+    for g, agent in enumerate(agents):
+        params = per_group[g]
+        status = reasons[g] or ("low_effort" if gates["full_effort"][g] == "closed" else "")
+        head = f"\n  group {g} agent={agent}"
+        if status:
+            print(f"{head} [{status} — skipped]", flush=True)
+        else:
+            unit = "tok" if params["length_type"] == "tokens" else "chr"
+            shown = " ".join(f"{k}={v}" for k, v in params.items() if k not in ("enabled", "length_type"))
+            print(f"{head} length_type={unit} {shown}", flush=True)
+            if params["group_length_penalty_profile_gate"]:
+                print(f"    profile_gate channel={params['group_length_penalty_profile_gate_channel']}"
+                      f" field={params['group_length_penalty_profile_gate_field']}"
+                      f" positive_only={params['group_length_penalty_profile_gate_positive_only']}"
+                      f" open={gates['profile_gate'][g].startswith('mean_gt')} reason={gates['profile_gate'][g]}",
+                      flush=True)
+        for k, i in enumerate(range(offsets[g], offsets[g + 1])):
+            parts = [f"{name}={v[i]:+.4f}" for name, v in terms.items() if v[i] != 0]
+            parts += [f"{name}=x{v[i]:.4f}" for name, v in factors.items() if v[i] != 1]
+            print(f"    [{k}] reward={env_rewards[i]:.4f} reasoning_len={int(reasoning[i])}"
+                  f" answer_len={int(answer[i])} total_len={int(reasoning[i] + answer[i])} "
+                  f"{' '.join(parts)} final_reward={out.rewards[i]:.4f}", flush=True)
+    print(f"{'=' * 70}\n", flush=True)
