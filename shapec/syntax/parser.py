@@ -53,10 +53,13 @@ def _lark() -> Lark:
 def _describe(name: str) -> str:
     if name in _TERMINAL_NAMES:
         return _TERMINAL_NAMES[name]
-    if name.startswith("__ANON") or name.isupper():
+    if name == "$END":
+        return "end of input"
+    try:
         pattern = _lark().get_terminal(name).pattern
-        return f"'{pattern.value}'" if pattern.type == "str" else name.lower()
-    return name
+    except KeyError:
+        return name.lower()
+    return f"'{pattern.value}'" if pattern.type == "str" else name.lower()
 
 
 def _expected(names: set[str]) -> str:
@@ -241,7 +244,9 @@ class _Builder(Transformer):
         return A.State(str(name), str(typ), init, update, self._span(meta))
 
     def metric(self, meta, children):
-        return A.Metric(str(children[0]), children[1], self._span(meta))
+        name = children[0]
+        text = pyast.literal_eval(str(name)) if name.type == "STRING" else str(name)
+        return A.Metric(text, children[1], self._span(meta))
 
     def result(self, meta, children):
         return A.Result(children[0], self._span(meta))
