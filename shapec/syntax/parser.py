@@ -47,6 +47,7 @@ def _lark() -> Lark:
         parser="lalr",
         propagate_positions=True,
         maybe_placeholders=True,
+        cache=True,  # the LALR tables are rebuilt only when the grammar changes
     )
 
 
