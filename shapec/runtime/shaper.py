@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..compiler.ir import PipelineIR, ShaperIR
-from .batch import Batch, make_batch
+from .batch import Batch, BatchError, _numeric, make_batch
 from .interp import Interpreter, StageOutput
 from .params import ParamError, param_arrays, params_model
 
@@ -200,8 +200,11 @@ class CompiledShaper:
         metadata: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
         reward_components: Any = None,
+        env_rewards: Any = None,
         training: bool = True,
     ) -> Result:
+        """`env_rewards` is what `env_reward` reads (default: `rewards`), for a call whose rewards
+        were already shaped elsewhere, such as an advantage stage run on its own."""
         inputs: dict[str, str] = {}
         metas = {}
         for s, _ in self.stages:
@@ -212,7 +215,12 @@ class CompiledShaper:
             reward_components=reward_components, inputs_needed=tuple(inputs.items()),
             metas_needed=tuple(metas.values()),
         )
-        env_rewards = batch.rewards.copy()
+        if env_rewards is None:
+            env_rewards = batch.rewards.copy()
+        else:
+            env_rewards = _numeric("env_rewards", env_rewards, batch.n)
+            if not np.isfinite(env_rewards).all():
+                raise BatchError(f"env_rewards: not finite at index {int(np.flatnonzero(~np.isfinite(env_rewards))[0])}")
         current = batch.rewards
         result = Result(current, batch.offsets)
         stage_params = self._stage_params(params)
