@@ -1,0 +1,1155 @@
+"""Typed IR -> one readable Python module of numba @njit group kernels per shaper or pipeline.
+
+The generated kernel mirrors runtime/interp.py statement by statement, but per group: batch
+statements run first, then one loop over groups evaluates skips, lets, gates, terms, clamps and
+factors with reductions over scratch buffers, and metrics run last. Every three-valued rule is a
+small helper emitted into the module itself, so the module (and numba's on-disk cache of it)
+depends on nothing else in shapec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .ir import BATCH, CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
+
+
+class ShapecInternalError(RuntimeError):
+    """numba rejected a kernel the checker accepted: a shapec bug, never the user's."""
+
+
+# ------------------------------------------------------------------ emitter
+class Emitter:
+    """Lines of Python with an indentation level."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+        self.depth = 0
+
+    def __call__(self, line: str = "") -> None:
+        self.lines.append(("    " * self.depth + line) if line else "")
+
+    @contextmanager
+    def indented(self):
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def lit(x: float) -> str:
+    x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return repr(x)
+
+
+# Helpers emitted at the top of every module; each mirrors one rule of runtime/interp.py.
+HELPERS = '''
+@njit(error_model="numpy", cache=True)
+def k_and(a, b):
+    if a == 0.0 or b == 0.0:
+        return 0.0
+    if isnan(a) or isnan(b):
+        return nan
+    return 1.0
+
+
+@njit(error_model="numpy", cache=True)
+def k_or(a, b):
+    if a == 1.0 or b == 1.0:
+        return 1.0
+    if isnan(a) or isnan(b):
+        return nan
+    return 0.0
+
+
+@njit(error_model="numpy", cache=True)
+def k_cond(c, a, b):
+    if c == 1.0:
+        return a
+    if c == 0.0:
+        return b
+    return nan
+
+
+@njit(error_model="numpy", cache=True)
+def k_fallback(a, b):
+    return b if isnan(a) else a
+
+
+@njit(error_model="numpy", cache=True)
+def k_min(a, b):
+    if isnan(a) or isnan(b):
+        return nan
+    return a if a <= b else b
+
+
+@njit(error_model="numpy", cache=True)
+def k_max(a, b):
+    if isnan(a) or isnan(b):
+        return nan
+    return a if a >= b else b
+
+
+@njit(error_model="numpy", cache=True)
+def k_clip(x, lo, hi):
+    if isnan(x) or isnan(lo) or isnan(hi):
+        return nan
+    y = x if x >= lo else lo
+    return y if y <= hi else hi
+
+
+@njit(error_model="numpy", cache=True)
+def k_log(x):
+    return np.log(x) if x > 0.0 else nan
+
+
+@njit(error_model="numpy", cache=True)
+def k_sqrt(x):
+    return np.sqrt(x) if x >= 0.0 else nan
+
+
+@njit(error_model="numpy", cache=True)
+def k_flag(b):
+    return 1.0 if b else 0.0
+
+
+@njit(error_model="numpy", cache=True)
+def k_cmp(op, a, b):
+    if isnan(a) or isnan(b):
+        return nan
+    if op == 0:
+        return k_flag(a == b)
+    if op == 1:
+        return k_flag(a != b)
+    if op == 2:
+        return k_flag(a < b)
+    if op == 3:
+        return k_flag(a <= b)
+    if op == 4:
+        return k_flag(a > b)
+    return k_flag(a >= b)
+
+
+@njit(error_model="numpy", cache=True)
+def k_band(x, a, b, f, present):
+    """1 up to a, linear to f at b, f past b; 1 for a malformed band; missing for no band."""
+    if present != 1.0:
+        return nan
+    if isnan(a) or isnan(b) or isnan(f) or not (b > a):
+        return 1.0
+    if x <= a:
+        return 1.0
+    if x >= b:
+        return f
+    return 1.0 - (x - a) / (b - a) * (1.0 - f)
+
+
+@njit(error_model="numpy", cache=True)
+def k_gate_code(v):
+    if v == 1.0:
+        return 0
+    if v == 0.0:
+        return 1
+    return 2
+
+
+@njit(error_model="numpy", cache=True)
+def k_usable(buf, k):
+    """A non-empty selection without missing values."""
+    if k == 0:
+        return False
+    for t in range(k):
+        if isnan(buf[t]):
+            return False
+    return True
+
+
+@njit(error_model="numpy", cache=True)
+def k_seq_sum(buf, k):
+    total = 0.0
+    for t in range(k):
+        total += buf[t]
+    return total
+
+
+@njit(error_model="numpy", cache=True)
+def k_sorted_median(buf, k):
+    mid = k // 2
+    if k % 2:
+        return buf[mid]
+    return (buf[mid - 1] + buf[mid]) / 2.0
+
+
+@njit(error_model="numpy", cache=True)
+def red_count(buf, ibuf, k, extra):
+    c = 0.0
+    for t in range(k):
+        if buf[t] == 1.0:
+            c += 1.0
+    return c
+
+
+@njit(error_model="numpy", cache=True)
+def red_any(buf, ibuf, k, extra):
+    for t in range(k):
+        if buf[t] == 1.0:
+            return 1.0
+    return 0.0
+
+
+@njit(error_model="numpy", cache=True)
+def red_all(buf, ibuf, k, extra):
+    for t in range(k):
+        if buf[t] != 1.0:
+            return 0.0
+    return 1.0
+
+
+@njit(error_model="numpy", cache=True)
+def red_sum(buf, ibuf, k, extra):
+    return k_seq_sum(buf, k)
+
+
+@njit(error_model="numpy", cache=True)
+def red_mean(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    return k_seq_sum(buf, k) / k
+
+
+@njit(error_model="numpy", cache=True)
+def red_min(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    best = buf[0]
+    for t in range(1, k):
+        if buf[t] < best:
+            best = buf[t]
+    return best
+
+
+@njit(error_model="numpy", cache=True)
+def red_max(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    best = buf[0]
+    for t in range(1, k):
+        if buf[t] > best:
+            best = buf[t]
+    return best
+
+
+@njit(error_model="numpy", cache=True)
+def red_argmin(buf, ibuf, k, extra):
+    """Index in the group of the first smallest selected value."""
+    if not k_usable(buf, k):
+        return nan
+    best = 0
+    for t in range(1, k):
+        if buf[t] < buf[best]:
+            best = t
+    return float(ibuf[best])
+
+
+@njit(error_model="numpy", cache=True)
+def red_argmax(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    best = 0
+    for t in range(1, k):
+        if buf[t] > buf[best]:
+            best = t
+    return float(ibuf[best])
+
+
+@njit(error_model="numpy", cache=True)
+def red_median(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    s = buf[:k]
+    s.sort()
+    return k_sorted_median(s, k)
+
+
+@njit(error_model="numpy", cache=True)
+def red_mad(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    s = buf[:k]
+    s.sort()
+    med = k_sorted_median(s, k)
+    for t in range(k):
+        s[t] = abs(s[t] - med)
+    s.sort()
+    return k_sorted_median(s, k)
+
+
+@njit(error_model="numpy", cache=True)
+def red_std(buf, ibuf, k, extra):
+    """Sample standard deviation (ddof 1), two sequential passes."""
+    if not k_usable(buf, k) or k < 2:
+        return nan
+    mean = k_seq_sum(buf, k) / k
+    ss = 0.0
+    for t in range(k):
+        d = buf[t] - mean
+        ss += d * d
+    return np.sqrt(ss / (k - 1))
+
+
+@njit(error_model="numpy", cache=True)
+def red_quantile(buf, ibuf, k, q):
+    """Linear interpolation between the order statistics around q * (k - 1)."""
+    if not k_usable(buf, k):
+        return nan
+    if isnan(q) or q < 0.0 or q > 1.0:
+        return nan
+    s = buf[:k]
+    s.sort()
+    pos = q * (k - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, k - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@njit(error_model="numpy", cache=True)
+def red_nth_largest(buf, ibuf, k, i):
+    if not k_usable(buf, k):
+        return nan
+    if isnan(i) or i < 0.0 or i >= k:
+        return nan
+    s = buf[:k]
+    s.sort()
+    return s[k - 1 - int(i)]
+'''
+
+CMP_CODES = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
+UNARY_CALLS = {
+    "abs": "abs({})", "exp": "np.exp({})", "log": "k_log({})", "sqrt": "k_sqrt({})",
+    "sigmoid": "(1.0 / (1.0 + np.exp(-({}))))", "cos": "np.cos({})", "int": "np.trunc({})", "float": "({})",
+    "missing": "k_flag(isnan({}))", "present": "k_flag(not isnan({}))",
+}
+ROLLOUT_VALUED = ("minmax", "centered")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One kernel argument: its name in the kernel, where it comes from, and its numba type."""
+
+    name: str
+    source: str  # rewards env_rewards offsets components use_components input meta band list_offsets list_field param state
+    key: object = None
+    numba_type: str = "nt.float64[::1]"
+
+
+def _walk(node: Node):
+    yield node
+    for a in node.args:
+        yield from _walk(a)
+
+
+def _steps_nodes(ir: ShaperIR):
+    """Every expression of a shaper, with the statement it belongs to."""
+    for _, node in ir.channels:
+        yield node
+    for step in (*ir.batch_steps, *ir.skips, *ir.steps):
+        for n in (step.expr, step.on, step.when):
+            if n is not None:
+                yield n
+        for _, _, w in step.rules:
+            if w is not None:
+                yield w
+    if ir.result is not None:
+        yield ir.result
+    for _, node in ir.metrics:
+        yield node
+
+
+class Scope:
+    """Reductions and band values already computed where the code is being emitted."""
+
+    def __init__(self, names: dict | None = None):
+        self.names: dict[tuple, object] = dict(names or {})
+
+
+class StageLowering:
+    """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
+
+    def __init__(self, ir: ShaperIR, fname: str):
+        self.ir = ir
+        self.fname = fname
+        self.out = Emitter()
+        self.counter = 0
+        self.vars: dict[str, str] = {}  # var name -> storage: rollout, group, scalar, item:<list>, term:<k>, factor:<k>
+        self.args: list[Arg] = []
+        self.arrays: list[str] = []  # allocation lines for per-variable arrays
+        self.plan_args()
+
+    # ------------------------------------------------------------ arguments
+    def plan_args(self) -> None:
+        ir = self.ir
+        a = self.args
+        a += [Arg("rewards", "rewards"), Arg("env_rewards", "env_rewards"),
+              Arg("offsets", "offsets", numba_type="nt.int64[::1]"), Arg("components", "components"),
+              Arg("use_components", "use_components", numba_type="nt.boolean")]
+        self.input_names = {}
+        for name, _ in ir.inputs:
+            self.input_names[name] = f"in_{name}"
+            a.append(Arg(f"in_{name}", "input", name))
+        metas, bands, lists = [], [], []
+        for node in _steps_nodes(ir):
+            for n in _walk(node):
+                if n.op == "ref" and n.attr[0] == "meta" and n.attr[1] not in metas:
+                    metas.append(n.attr[1])
+                elif n.op == "bandref" and n.attr[0] == "meta" and n.attr[1] not in bands:
+                    bands.append(n.attr[1])
+                elif n.op == "ref" and n.attr[0] == "item":
+                    lst = n.attr[1].split(".", 1)[0]
+                    if lst not in lists:
+                        lists.append(lst)
+                elif n.op == "reduce" and n.attr[1] and n.attr[1] not in lists:
+                    lists.append(n.attr[1])
+        self.meta_names = {p: f"m{i}_{p.replace('.', '_')}" for i, p in enumerate(metas)}
+        self.band_names = {p: f"bd{i}_{p.replace('.', '_')}" for i, p in enumerate(bands)}
+        a += [Arg(v, "meta", p) for p, v in self.meta_names.items()]
+        a += [Arg(v, "band", p, "nt.float64[:, ::1]") for p, v in self.band_names.items()]
+        self.list_offsets = {}
+        self.list_fields: dict[str, str] = {}
+        spec = {m.name: m for m in ir.metas}
+        for lst in lists:
+            self.list_offsets[lst] = f"lo_{lst}"
+            a.append(Arg(f"lo_{lst}", "list_offsets", lst, "nt.int64[::1]"))
+            for fld, _ in spec[lst].fields:
+                self.list_fields[f"{lst}.{fld}"] = f"lf_{lst}_{fld}"
+                a.append(Arg(f"lf_{lst}_{fld}", "list_field", (lst, fld)))
+        self.param_names = {}
+        for ps in ir.params:
+            self.param_names[ps.name] = f"p_{ps.name}"
+            a.append(Arg(f"p_{ps.name}", "param", ps.name,
+                         "nt.float64[:, ::1]" if ps.kind == "band" else "nt.float64[::1]"))
+        a.append(Arg("state_in", "state"))
+
+    def signature(self) -> str:
+        return "(" + ", ".join(a.numba_type for a in self.args) + ",)"
+
+    # ------------------------------------------------------------ naming
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def storage(self, node: Node) -> str:
+        """Where a let/gate value of this type lives."""
+        ty = node.ty
+        if ty.items:
+            return f"item:{ty.items}"
+        if ty.level == ROLLOUT:
+            return "rollout"
+        if ty.level in (PARAM, GROUP):
+            return "group"
+        return "scalar"
+
+    def alloc(self, storage: str, name: str) -> None:
+        size = {"rollout": "n", "group": "G"}.get(storage)
+        if size is None and storage.startswith("item:"):
+            size = f"nitems_{storage[5:]}"
+        if size is not None:
+            self.arrays.append(f"{name} = np.full({size}, nan)")
+
+    # ------------------------------------------------------------ expressions
+    def index(self, ctx: str) -> str:
+        return {"rollout": "i", "group": "g"}.get(ctx, "j")
+
+    def read(self, storage: str, name: str, ctx: str) -> str:
+        if storage == "scalar":
+            return name
+        if storage == "group":
+            self.need_g(ctx)
+            return f"{name}[g]"
+        if storage.startswith("term:") or storage.startswith("factor:"):
+            kind, k = storage.split(":")
+            return f"{kind}s[{k}, i]"
+        if storage == "rollout":
+            return f"{name}[i]"
+        return f"{name}[j]"
+
+    def need_g(self, ctx: str) -> None:
+        if ctx == "batch":
+            raise ShapecInternalError(f"shaper {self.ir.name!r}: a group value reached a batch-level statement")
+
+    def ex(self, node: Node, ctx: str, scope: Scope) -> str:
+        op = node.op
+        if op == "const":
+            return lit(node.attr)
+        if op == "ref":
+            ns, name = node.attr
+            if ns == "param":
+                return self.read("group", self.param_names[name], ctx)
+            if ns == "input":
+                return f"{self.input_names[name]}[i]"
+            if ns == "var":
+                return self.read(self.vars[name], f"v_{name}", ctx)
+            if ns == "state":
+                return f"st_{name}"
+            if ns == "meta":
+                return self.read("group", self.meta_names[name], ctx)
+            if ns == "item":
+                return f"{self.list_fields[name]}[j]"
+            if name == "reward":
+                return "rewards[i]"
+            if name == "env_reward":
+                return "env_rewards[i]"
+            if name == "group_size":
+                self.need_g(ctx)
+                return "float(offsets[g + 1] - offsets[g])"
+            if name == "shaped":
+                return "out[i]"
+            raise ShapecInternalError(f"lowering: unknown reference {node.attr}")
+        if op in ("reduce", "breduce", "bandfield"):
+            return self.scoped(node, scope)
+        a = [self.ex(x, ctx, scope) for x in node.args if x.ty.kind != "band"]
+        if op == "neg":
+            return f"(-{a[0]})"
+        if op == "not":
+            return f"(1.0 - {a[0]})"
+        if op == "bin":
+            return f"({a[0]} {node.attr} {a[1]})"
+        if op == "cmp":
+            return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
+        if op == "and":
+            return f"k_and({a[0]}, {a[1]})"
+        if op == "or":
+            return f"k_or({a[0]}, {a[1]})"
+        if op == "cond":
+            return f"k_cond({a[0]}, {a[1]}, {a[2]})"
+        if op == "fallback":
+            return f"k_fallback({a[0]}, {a[1]})"
+        if op == "skipped":
+            code = self.ir.skip_reasons.index(node.attr) if node.attr in self.ir.skip_reasons else -2
+            return f"k_flag(skip[g] == {code})"
+        if op == "band":
+            return f"k_band({a[0]}, {', '.join(self.scoped(node.args[1], scope))})"
+        if op == "call":
+            fn = node.attr
+            if fn in ("min", "max"):
+                out = a[0]
+                for x in a[1:]:
+                    out = f"k_{fn}({out}, {x})"
+                return out
+            if fn == "clip":
+                return f"k_clip({a[0]}, {a[1]}, {a[2]})"
+            return UNARY_CALLS[fn].format(a[0])
+        raise ShapecInternalError(f"lowering: unknown node {op}")
+
+    def scoped(self, node: Node, scope: Scope):
+        """A value hoisted out of the current loop: a reduction, a batch reduction or a band."""
+        key = node.key()
+        if node.op == "bandfield":
+            key = node.args[0].key()
+            return scope.names[key]["abf".index(node.attr)]
+        value = scope.names[key]
+        return value
+
+    # ------------------------------------------------------------ hoisting
+    def hoist(self, node: Node, scope: Scope, level: str) -> None:
+        """Emit every reduction and band under node, innermost first, unless already in scope.
+
+        level is "group" inside a group loop, "batch" outside it.
+        """
+        for child in node.args:
+            self.hoist(child, scope, level)
+        key = node.key()
+        if key in scope.names:
+            return
+        if node.op == "reduce":
+            self.emit_reduce(node, scope)
+        elif node.op == "breduce":
+            self.emit_breduce(node, scope)
+        elif node.ty.kind == "band" and node.op in ("bandref", "bandlit", "bandfallback", "bandcond"):
+            self.emit_band(node, scope, level)
+
+    def emit_band(self, node: Node, scope: Scope, level: str) -> None:
+        o = self.out
+        ctx = "group" if level == "group" else "batch"
+        base = self.fresh("band")
+        names = tuple(f"{base}_{c}" for c in "abfp")
+        if node.op == "bandref":
+            ns, name = node.attr
+            src = self.param_names[name] if ns == "param" else self.band_names[name]
+            self.need_g(ctx)
+            parts = [f"{src}[g, {c}]" for c in range(4)]
+        elif node.op == "bandlit":
+            parts = [self.ex(x, ctx, scope) for x in node.args] + ["1.0"]
+        elif node.op == "bandfallback":
+            x, y = (scope.names[n.key()] for n in node.args)
+            parts = [f"{xc} if {x[3]} == 1.0 else {yc}" for xc, yc in zip(x, y)]
+        else:
+            c = self.ex(node.args[0], ctx, scope)
+            x, y = (scope.names[n.key()] for n in node.args[1:])
+            parts = [f"k_cond({c}, {xc}, {yc})" for xc, yc in zip(x[:3], y[:3])]
+            parts.append(f"{x[3]} if {c} == 1.0 else ({y[3]} if {c} == 0.0 else 0.0)")
+        o(f"# band {node.op}")
+        for name, part in zip(names, parts):
+            o(f"{name} = {part}")
+        scope.names[node.key()] = names
+
+    def select_loop(self, over: str):
+        """(loop header, index variable, context, local index expression) over one group."""
+        if over:
+            off = self.list_offsets[over]
+            return f"for j in range({off}[g], {off}[g + 1]):", "j", "item", f"j - {off}[g]"
+        return "for i in range(s, e):", "i", "rollout", "i - s"
+
+    def emit_reduce(self, node: Node, scope: Scope) -> None:
+        o = self.out
+        op, over = node.attr
+        arg, mask, *extras = node.args
+        header, var, ctx, local = self.select_loop(over)
+        name = self.fresh("r")
+        o(f"# {op}({'items of ' + over if over else 'rollouts'})")
+        o("k = 0")
+        o(header)
+        with o.indented():
+            unmasked = mask.op == "const" and mask.attr == 1.0
+            if not unmasked:
+                o(f"if {self.ex(mask, ctx, scope)} == 1.0:")
+                o.depth += 1
+            o(f"buf[k] = {self.ex(arg, ctx, scope)}")
+            if op in ("argmin", "argmax"):
+                o(f"ibuf[k] = {local}")
+            o("k += 1")
+            if not unmasked:
+                o.depth -= 1
+        if op in ROLLOUT_VALUED:
+            storage = f"item:{over}" if over else "rollout"
+            self.alloc(storage, name)
+            value = self.ex(arg, ctx, scope)
+            if op == "minmax":
+                o(f"lo_ = red_min(buf, ibuf, k, 0.0)")
+                o(f"hi_ = red_max(buf, ibuf, k, 0.0)")
+                o(header)
+                with o.indented():
+                    o(f"{name}[{var}] = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
+            else:
+                o(f"mean_ = red_mean(buf, ibuf, k, 0.0)")
+                o(header)
+                with o.indented():
+                    o(f"{name}[{var}] = nan if isnan(mean_) else {value} - mean_")
+            scope.names[node.key()] = f"{name}[{var}]"
+            if node.key() in self.stored:
+                self.stored[node.key()] = f"{name}[{var}]"
+            return
+        extra = self.ex(extras[0], "group", scope) if extras else "0.0"
+        if node.key() in self.stored:
+            self.alloc("group", name)
+            o(f"{name}[g] = red_{op}(buf, ibuf, k, {extra})")
+            scope.names[node.key()] = f"{name}[g]"
+            self.stored[node.key()] = f"{name}[g]"
+        else:
+            o(f"{name} = red_{op}(buf, ibuf, k, {extra})")
+            scope.names[node.key()] = name
+
+    def emit_breduce(self, node: Node, scope: Scope) -> None:
+        o = self.out
+        arg, mask = node.args
+        name = self.fresh("b")
+        o(f"# batch.{node.attr}")
+        o("kb = 0")
+        o("for g in range(G):")
+        with o.indented():
+            o("s = offsets[g]")
+            o("e = offsets[g + 1]")
+            inner = Scope(self.metric_names) if self.in_metrics else Scope()
+            self.hoist(arg, inner, "group")
+            self.hoist(mask, inner, "group")
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"if {self.ex(mask, 'rollout', inner)} == 1.0:")
+                with o.indented():
+                    o(f"bbuf[kb] = {self.ex(arg, 'rollout', inner)}")
+                    o("kb += 1")
+        o(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
+        scope.names[node.key()] = name
+
+    # ------------------------------------------------------------ statements
+    def lower(self) -> str:
+        ir, o = self.ir, self.out
+        self.in_metrics = False
+        metric_keys = {n.key() for _, m in ir.metrics for n in _walk(m) if n.op == "reduce"}
+        self.stored: dict[tuple, str] = {k: "" for k in metric_keys}
+        self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
+        for k, t in enumerate(ir.terms):
+            self.vars[t] = f"term:{k}"
+        for k, f in enumerate(ir.factors):
+            self.vars[f] = f"factor:{k}"
+        body = Emitter()
+        self.out = o = body
+        o.depth = 1
+        batch = Scope()
+        self.lower_channels(batch)
+        self.lower_batch_steps(batch)
+        self.lower_groups()
+        self.lower_metrics(batch)
+        o("return out, terms, factors, skip, gates, metrics, state_out, bad_i, bad_g")
+
+        head = Emitter()
+        head(f"@njit(SIG_{self.fname}, cache=True, error_model=\"numpy\")")
+        head(f"def kernel_{self.fname}(")
+        with head.indented():
+            for k in range(0, len(self.args), 6):
+                head(", ".join(a.name for a in self.args[k:k + 6]) + ",")
+        head("):")
+        with head.indented():
+            head(f'"""Shaper {ir.name!r}: {len(ir.terms)} terms, {len(ir.factors)} factors, '
+                 f'{len(ir.gate_reasons)} recorded gates."""')
+            head("n = rewards.shape[0]")
+            head("G = offsets.shape[0] - 1")
+            head("out = rewards.copy()")
+            head(f"terms = np.zeros(({len(ir.terms)}, n))")
+            head(f"factors = np.ones(({len(ir.factors)}, n))")
+            head("skip = np.zeros(G, np.int64)")
+            head(f"gates = np.full(({len(ir.gate_reasons)}, G), -1, np.int64)")
+            head(f"metrics = np.full({len(ir.metrics)}, nan)")
+            head("state_out = state_in.copy()")
+            head("bad_i = -1")
+            head("bad_g = -1")
+            head("width = 1")
+            head("for g in range(G):")
+            with head.indented():
+                head("width = max(width, offsets[g + 1] - offsets[g])")
+            for lst, off in self.list_offsets.items():
+                head(f"nitems_{lst} = {off}[G]")
+                head("for g in range(G):")
+                with head.indented():
+                    head(f"width = max(width, {off}[g + 1] - {off}[g])")
+            head("buf = np.empty(width)")
+            head("ibuf = np.zeros(width, np.int64)")
+            head("bbuf = np.empty(n)")
+            head("tot = np.zeros(n)")
+            head("run = np.zeros(n)")
+            for k, (name, _) in enumerate(ir.states):
+                head(f"st_{name} = state_in[{k}]")
+            for line in self.arrays:
+                head(line)
+        return head.text() + body.text()
+
+    def lower_channels(self, batch: Scope) -> None:
+        o = self.out
+        if not self.ir.channels:
+            return
+        o("# channels")
+        for name, _ in self.ir.channels:
+            self.vars[name] = "rollout"
+            self.alloc("rollout", f"v_{name}")
+        o("for g in range(G):")
+        with o.indented():
+            o("s = offsets[g]")
+            o("e = offsets[g + 1]")
+            o("for i in range(s, e):")
+            with o.indented():
+                for name, node in self.ir.channels:
+                    o(f"v_{name}[i] = {self.ex(node, 'rollout', Scope())}")
+
+    def lower_batch_steps(self, batch: Scope) -> None:
+        o = self.out
+        states = [n for n, _ in self.ir.states]
+        for step in self.ir.batch_steps:
+            o(f"# {step.kind} {step.name}")
+            self.hoist(step.expr, batch, "batch")
+            value = self.ex(step.expr, "batch", batch)
+            if step.kind == "state":
+                o(f"st_{step.name} = {value}")
+                o(f"state_out[{states.index(step.name)}] = st_{step.name}")
+            else:
+                self.vars[step.name] = "scalar"
+                o(f"v_{step.name} = {value}")
+        # constant lets and gates depend on nothing per group: compute them once, up front
+        for step in self.ir.steps:
+            if step.kind in ("let", "gate") and step.expr.ty.level == CONST and not step.expr.ty.items:
+                self.hoist(step.expr, batch, "batch")
+                self.vars[step.name] = "scalar"
+                o(f"v_{step.name} = {self.ex(step.expr, 'batch', batch)}")
+
+    def lower_groups(self) -> None:
+        ir, o = self.ir, self.out
+        o("for g in range(G):")
+        with o.indented():
+            o("s = offsets[g]")
+            o("e = offsets[g + 1]")
+            scope = Scope()
+            self.lower_skips(scope)
+            for step in ir.batch_steps:
+                if step.kind == "gate" and step.name in self.gate_index:
+                    o(f"gates[{self.gate_index[step.name]}, g] = k_gate_code(v_{step.name})")
+            self.first_running = True
+            self.has_terms = False
+            for step in ir.steps:
+                o(f"# {step.kind} {step.name}")
+                getattr(self, f"step_{step.kind}")(step, scope)
+            self.finish_group(scope)
+
+    def lower_skips(self, scope: Scope) -> None:
+        ir, o = self.ir, self.out
+        o("code = 0")
+        config = [s for s in ir.skips if s.expr.ty.level <= PARAM]
+        data = [s for s in ir.skips if s.expr.ty.level > PARAM]
+
+        def apply(steps):
+            for step in steps:
+                self.hoist(step.expr, scope, "group")
+                v = self.ex(step.expr, "group", scope)
+                hit = f"{v} == 1.0" if step.mode == "when" else f"{v} != 1.0"
+                o(f"if code == 0 and {hit}:  # skip {step.name}")
+                with o.indented():
+                    o(f"code = {ir.skip_reasons.index(step.name)}")
+
+        apply(config)
+        if ir.requires == "binary":
+            o("if code == 0:  # binary rewards only")
+            with o.indented():
+                o("for i in range(s, e):")
+                with o.indented():
+                    o("r = rewards[i]")
+                    o("if not (abs(r) <= 1e-06 or abs(r - 1.0) <= 1e-06) or (use_components and components[i] > 0):")
+                    with o.indented():
+                        o(f"code = {ir.skip_reasons.index('non_binary')}")
+                        o("break")
+        apply(data)
+        o("skip[g] = code")
+
+    def rollout_loop(self, step: Step, scope: Scope, exprs) -> tuple:
+        for n in exprs:
+            if n is not None:
+                self.hoist(n, scope, "group")
+        return tuple(self.ex(n, "rollout", scope) if n is not None else None for n in exprs)
+
+    def applies(self, step: Step, scope: Scope) -> str:
+        parts = []
+        if step.on is not None:
+            on = self.ex(step.on, "rollout", scope)
+            parts.append(f"float(i - s) == {on}" if step.on.ty.kind == "index" else f"{on} == 1.0")
+        if step.when is not None:
+            parts.append(f"{self.ex(step.when, 'rollout', scope)} == 1.0")
+        return " and ".join(f"({p})" for p in parts) if parts else "True"
+
+    def step_let(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        if step.name in self.vars:  # a constant, computed before the group loop
+            return
+        storage = self.storage(step.expr)
+        self.vars[step.name] = storage
+        self.alloc(storage, f"v_{step.name}")
+        self.hoist(step.expr, scope, "group")
+        if storage == "group":
+            o(f"v_{step.name}[g] = {self.ex(step.expr, 'group', scope)}")
+        elif storage == "rollout":
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"v_{step.name}[i] = {self.ex(step.expr, 'rollout', scope)}")
+        else:
+            header, _, ctx, _ = self.select_loop(storage[5:])
+            o(header)
+            with o.indented():
+                o(f"v_{step.name}[j] = {self.ex(step.expr, ctx, scope)}")
+
+    def step_gate(self, step: Step, scope: Scope) -> None:
+        self.step_let(step, scope)
+        if step.name in self.gate_index:
+            value = self.read(self.vars[step.name], f"v_{step.name}", "group")
+            self.out(f"gates[{self.gate_index[step.name]}, g] = k_gate_code({value})")
+
+    def step_gaterules(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        self.vars[step.name] = "group"
+        self.alloc("group", f"v_{step.name}")
+        reasons = self.ir.gate_reasons[step.name]
+        for _, _, when in step.rules:
+            if when is not None:
+                self.hoist(when, scope, "group")
+        o("decided = False")
+        o(f"v_{step.name}[g] = 0.0")
+        o(f"gcode = {reasons.index('closed')}")
+        for verdict, reason, when in step.rules:
+            cond = "True" if when is None else f"{self.ex(when, 'group', scope)} == 1.0"
+            o(f"if not decided and {cond}:  # {verdict} {reason}")
+            with o.indented():
+                o(f"v_{step.name}[g] = {1.0 if verdict == 'open' else 0.0}")
+                o(f"gcode = {reasons.index(reason)}")
+                o("decided = True")
+        o(f"gates[{self.gate_index[step.name]}, g] = gcode")
+
+    def step_term(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        k = self.ir.terms.index(step.name)
+        (value,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+        o("for i in range(s, e):")
+        with o.indented():
+            o(f"x = {value}")
+            o(f"if {self.applies(step, scope)} and not isnan(x):")
+            with o.indented():
+                o(f"terms[{k}, i] = x")
+            o("else:")
+            with o.indented():
+                o(f"terms[{k}, i] = 0.0")
+            o(f"tot[i] = {'tot[i] + ' if self.has_terms else ''}terms[{k}, i]")
+        self.has_terms = True
+
+    def start_running(self) -> None:
+        """The running reward: the input reward plus the term sum, from the first clamp or factor on."""
+        if self.first_running:
+            self.out(f"run[i] = rewards[i]{' + tot[i]' if self.has_terms else ''}")
+
+    def step_clamp(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        (lo,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+        o("for i in range(s, e):")
+        with o.indented():
+            self.start_running()
+            o(f"lo = {lo}")
+            o(f"if {self.applies(step, scope)} and not isnan(lo) and run[i] < lo:")
+            with o.indented():
+                o("run[i] = lo")
+        self.first_running = False
+
+    def step_factor(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        k = self.ir.factors.index(step.name)
+        (m,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+        o("for i in range(s, e):")
+        with o.indented():
+            self.start_running()
+            o(f"m = {m}")
+            o(f"if {self.applies(step, scope)} and not isnan(m) and run[i] > 0.0:")
+            with o.indented():
+                o(f"factors[{k}, i] = m")
+                o("run[i] = run[i] * m")
+            o("else:")
+            with o.indented():
+                o(f"factors[{k}, i] = 1.0")
+        self.first_running = False
+
+    def finish_group(self, scope: Scope) -> None:
+        ir, o = self.ir, self.out
+        o("# the group's rewards; a skipped group passes through")
+        if ir.result is not None:
+            self.hoist(ir.result, scope, "group")
+            final = self.ex(ir.result, "rollout", scope)
+        elif not self.first_running:
+            final = "run[i]"
+        else:
+            final = "rewards[i] + tot[i]" if self.has_terms else "rewards[i]"
+        o("if code == 0:")
+        with o.indented():
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"out[i] = {final}")
+                o("if bad_i < 0 and not np.isfinite(out[i]):")
+                with o.indented():
+                    o("bad_i = i")
+                    o("bad_g = g")
+        o("else:")
+        with o.indented():
+            o("for i in range(s, e):")
+            with o.indented():
+                o("out[i] = rewards[i]")
+                for k in range(len(ir.terms)):
+                    o(f"terms[{k}, i] = 0.0")
+                for k in range(len(ir.factors)):
+                    o(f"factors[{k}, i] = 1.0")
+            for k in range(len(ir.gate_reasons)):
+                o(f"gates[{k}, g] = -1")
+
+    def lower_metrics(self, batch: Scope) -> None:
+        o = self.out
+        self.in_metrics = True
+        self.metric_names = {k: v for k, v in self.stored.items() if v}
+        for k, (name, node) in enumerate(self.ir.metrics):
+            o(f"# metric {name}")
+            self.hoist(node, batch, "batch")
+            o(f"metrics[{k}] = {self.ex(node, 'batch', batch)}")
+
+
+def _header(body: str) -> str:
+    return f"# shapec-sha256: {hashlib.sha256(body.encode()).hexdigest()}\n"
+
+
+def _stage_names(ir: ShaperIR | PipelineIR) -> list[tuple[ShaperIR, str]]:
+    if isinstance(ir, PipelineIR):
+        return [(s, f"s{k}_{s.name}") for k, (s, _) in enumerate(ir.stages)]
+    return [(ir, ir.name)]
+
+
+def _lower_all(ir: ShaperIR | PipelineIR) -> tuple[str, list[StageLowering]]:
+    kind = "pipeline" if isinstance(ir, PipelineIR) else "shaper"
+    o = Emitter()
+    o(f'"""Generated by shapec from {ir.filename or "<string>"}: {kind} {ir.name!r}. Do not edit."""')
+    o()
+    o("import numpy as np")
+    o("from math import inf, isnan, nan")
+    o("from numba import njit, types as nt")
+    text = o.text() + HELPERS
+    stages = []
+    for shaper, fname in _stage_names(ir):
+        low = StageLowering(shaper, fname)
+        code = low.lower()
+        text += f"\n\nSIG_{fname} = {low.signature()}\n\n\n" + code
+        stages.append(low)
+    return text, stages
+
+
+def emit_python(ir: ShaperIR | PipelineIR) -> str:
+    """The generated module's source, as written to the cache (without the hash header)."""
+    return _lower_all(ir)[0]
+
+
+# ------------------------------------------------------------------ cache and loading
+def cache_dir() -> Path:
+    """SHAPEC_CACHE_DIR, else $XDG_CACHE_HOME/shapec, else ~/.cache/shapec."""
+    if os.environ.get("SHAPEC_CACHE_DIR"):
+        return Path(os.environ["SHAPEC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "shapec"
+
+
+def cache_key(source: str) -> str:
+    import numba
+
+    from .. import __version__
+
+    return hashlib.sha256("\0".join((source, __version__, numba.__version__)).encode()).hexdigest()
+
+
+STATS = {"written": 0, "imported": 0}  # cache files written and modules imported, for tests
+_MODULES: dict[str, object] = {}
+
+
+def module_path(ir: ShaperIR | PipelineIR, source: str) -> Path:
+    return cache_dir() / f"{ir.name}_{cache_key(source)[:24]}.py"
+
+
+def _ensure_file(path: Path, body: str) -> None:
+    """Write the module unless an intact copy is there; a stale or corrupt file is replaced."""
+    expected = _header(body) + body
+    try:
+        if path.read_text() == expected:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(expected)
+    os.replace(tmp, path)
+    STATS["written"] += 1
+    _MODULES.pop(str(path), None)
+
+
+def _import(path: Path, ir: ShaperIR | PipelineIR):
+    key = str(path)
+    if key in _MODULES:
+        return _MODULES[key]
+    name = f"shapec_kernels_{path.stem}"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    except Exception as err:  # numba typing, lowering or any other failure: a shapec bug
+        sys.modules.pop(name, None)
+        kind = "pipeline" if isinstance(ir, PipelineIR) else "shaper"
+        raise ShapecInternalError(
+            f"internal error: numba could not compile {kind} {ir.name!r} from {ir.filename or '<string>'} "
+            f"(generated module {path}); this is a shapec bug, please report it. "
+            f"Use backend='interpreter' meanwhile. Cause: {type(err).__name__}: {err}") from err
+    STATS["imported"] += 1
+    _MODULES[key] = module
+    return module
+
+
+@dataclass
+class Kernel:
+    """One stage's compiled kernel with the recipe for its arguments."""
+
+    ir: ShaperIR
+    fn: object
+    args: tuple[Arg, ...]
+
+    def run(self, batch, params: dict[str, np.ndarray], state: dict[str, float], training: bool):
+        from ..runtime.interp import StageOutput
+
+        ir = self.ir
+        n, G = batch.n, batch.groups
+        if not training:
+            skip = np.full(G, ir.skip_reasons.index("validation"), dtype=np.int64)
+            return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms},
+                               {f: np.ones(n) for f in ir.factors}, skip,
+                               {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
+        values = [self.value(a, batch, params, state) for a in self.args]
+        out, terms, factors, skip, gates, metrics, state_out, bad_i, bad_g = self.fn(*values)
+        if bad_i >= 0:
+            raise FloatingPointError(
+                f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
+                "guard the division or reduction that can be undefined")
+        return StageOutput(
+            out, {t: terms[k] for k, t in enumerate(ir.terms)}, {f: factors[k] for k, f in enumerate(ir.factors)},
+            skip, {g: gates[k] for k, g in enumerate(ir.gate_reasons)},
+            {m: float(metrics[k]) for k, (m, _) in enumerate(ir.metrics)},
+            {s: float(state_out[k]) for k, (s, _) in enumerate(ir.states)})
+
+    def value(self, a: Arg, batch, params, state):
+        src = a.source
+        if src == "rewards":
+            return _f64(batch.rewards)
+        if src == "env_rewards":
+            return _f64(batch.env_rewards if batch.env_rewards is not None else batch.rewards)
+        if src == "offsets":
+            return np.ascontiguousarray(batch.offsets, dtype=np.int64)
+        if src == "components":
+            return _f64(batch.components) if batch.components is not None else _EMPTY
+        if src == "use_components":
+            return batch.components is not None
+        if src == "input":
+            return _f64(batch.inputs[a.key])
+        if src == "meta":
+            return _f64(batch.metas[a.key])
+        if src == "band":
+            return _f64(batch.bands[a.key])
+        if src == "list_offsets":
+            return np.ascontiguousarray(batch.lists[a.key][0], dtype=np.int64)
+        if src == "list_field":
+            lst, fld = a.key
+            return _f64(batch.lists[lst][1][fld])
+        if src == "param":
+            return _f64(params[a.key])
+        return np.array([float(state[s]) for s, _ in self.ir.states], dtype=np.float64)
+
+
+_EMPTY = np.zeros(0)
+
+
+def _f64(x) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def load_kernels(ir: ShaperIR | PipelineIR) -> list[Kernel]:
+    """Generate, cache, import and compile the kernels of a shaper (one) or pipeline (one per stage)."""
+    source, stages = _lower_all(ir)
+    path = module_path(ir, source)
+    _ensure_file(path, source)
+    module = _import(path, ir)
+    return [Kernel(low.ir, getattr(module, f"kernel_{low.fname}"), tuple(low.args)) for low in stages]
