@@ -439,6 +439,8 @@ class ShaperChecker:
                     if node.ty is not POISON and node.ty.level > BATCH:
                         self.error("E303", "a metric is one number per batch; reduce it with batch.mean(...) "
                                    "or another batch reduction", e.span)
+                    if any(name == known for known, _ in metrics):
+                        self.error("E202", f"metric {name!r} is already defined", st.span)
                     metrics.append((name, node))
                 case A.Result(expr=e):
                     node = self.expr(e)

@@ -129,7 +129,8 @@ def stmt(s: A.Stmt) -> list[str]:
         case A.State(name=name, type=typ, init=init, update=update):
             return [f"state {name}: {typ} = {expr(init)} update {expr(update)}"]
         case A.Metric(name=name, expr=e):
-            return [f"metric {name} = {expr(e)}"]
+            shown = name if name.isidentifier() else expr(A.String(name))
+            return [f"metric {shown} = {expr(e)}"]
         case A.Result(expr=e):
             return [f"result = {expr(e)}"]
     raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
