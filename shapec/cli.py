@@ -61,6 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing when every file is valid")
     p.set_defaults(func=cmd_check)
+
+    from .tools.commands import add_commands
+
+    add_commands(sub)
     return parser
 
 
@@ -70,11 +74,22 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help/--version
         return int(exc.code or 0)
+    from .syntax.source import ShapeError
+    from .tools.commands import UsageError as ToolUsageError
+    from .tools.spec import ToolError
+
     try:
         return args.func(args)
-    except UsageError as err:
+    except (UsageError, ToolUsageError) as err:
         print(f"shapec: error: {err}", file=sys.stderr)
         return 2
+    except ToolError as err:
+        print(f"shapec: error: {err}", file=sys.stderr)
+        return 1
+    except ShapeError as err:
+        for d in err.diagnostics:
+            print(d.render(), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

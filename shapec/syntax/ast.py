@@ -298,7 +298,16 @@ Item = Import | FnDef | Shaper | Pipeline
 
 
 @dataclass(frozen=True, slots=True)
+class Comment:
+    """A `#` comment: kept for the formatter, invisible to equality and to the checker."""
+
+    text: str
+    span: Span = _SPAN
+
+
+@dataclass(frozen=True, slots=True)
 class Module:
     doc: str | None
     items: tuple[Item, ...]
     span: Span = _SPAN
+    comments: tuple[Comment, ...] = field(default=(), compare=False, repr=False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast as pyast
+import dataclasses
+import threading
 from functools import lru_cache
 
 from lark import Lark, Token, Transformer, v_args
@@ -39,6 +41,17 @@ _TERMINAL_NAMES = {
 }
 
 
+_comment_sink = threading.local()
+
+
+def _collect_comment(token: Token) -> Token:
+    """Lark skips comments; this lexer callback keeps them for the parse in progress."""
+    sink = getattr(_comment_sink, "tokens", None)
+    if sink is not None:
+        sink.append(token)
+    return token
+
+
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
     return Lark.open(
@@ -48,6 +61,7 @@ def _lark() -> Lark:
         propagate_positions=True,
         maybe_placeholders=True,
         cache=True,  # the LALR tables are rebuilt only when the grammar changes
+        lexer_callbacks={"COMMENT": _collect_comment},
     )
 
 
@@ -328,8 +342,13 @@ class _Builder(Transformer):
 def parse(text: str, path: str = "<string>") -> A.Module:
     """Parse source text into a Module, raising ShapeError with a coded diagnostic."""
     src = Source(path, text)
+    _comment_sink.tokens = tokens = []
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as err:
         raise ShapeError([_syntax_error(src, err)]) from None
-    return _Builder(src).transform(tree)
+    finally:
+        _comment_sink.tokens = None
+    module = _Builder(src).transform(tree)
+    comments = tuple(A.Comment(str(t).rstrip(), Span(src, t.start_pos, t.end_pos)) for t in tokens)
+    return dataclasses.replace(module, comments=comments)

@@ -97,7 +97,65 @@ def _doc(doc: str, indent: str) -> list[str]:
     return [f'{indent}"""{doc}"""']
 
 
-def stmt(s: A.Stmt) -> list[str]:
+class _Comments:
+    """Source comments handed out in source order: before the node they precede, or at the end
+    of the line they share with a node. A comment inside a multi-line node moves in front of the
+    next node; none is ever dropped."""
+
+    def __init__(self, module: A.Module):
+        self.items = sorted(module.comments, key=lambda c: c.span.start)
+        self.i = 0
+
+    def before(self, start: int, indent: str = "") -> list[str]:
+        lines = []
+        while self.i < len(self.items) and self.items[self.i].span.start < start:
+            lines.append(indent + self.items[self.i].text)
+            self.i += 1
+        return lines
+
+    def ends_line_of(self, node_span) -> bool:
+        """Whether the next comment sits on the node's last line, after it."""
+        if self.i == len(self.items) or node_span.source is None:
+            return False
+        c = self.items[self.i]
+        return c.span.start >= node_span.end and "\n" not in node_span.source.text[node_span.end:c.span.start]
+
+    def trailing(self, node_span) -> str:
+        if not self.ends_line_of(node_span):
+            return ""
+        self.i += 1
+        return "  " + self.items[self.i - 1].text
+
+    def pending(self, end: int) -> bool:
+        return self.i < len(self.items) and self.items[self.i].span.start < end
+
+    def rest(self, indent: str = "") -> list[str]:
+        return self.before(float("inf"), indent)
+
+
+def _blank_before(prev_end: int | None, node, notes: _Comments | None) -> bool:
+    """Whether the source had a blank line between the previous node and this one (or its comments)."""
+    src = node.span.source
+    if prev_end is None or src is None:
+        return False
+    start = node.span.start
+    if notes is not None and notes.pending(start):
+        start = notes.items[notes.i].span.start
+    gap = src.text[prev_end:start]
+    return gap.count("\n") >= 2
+
+
+def _with_notes(render, node, notes: _Comments | None, indent: str) -> list[str]:
+    """`render()`'s lines with the node's leading comments in front and its trailing comment
+    on the last line (leading ones are taken first: rendering hands out the node's inner ones)."""
+    if notes is None:
+        return render()
+    lead = notes.before(node.span.start, indent)
+    lines = render()
+    return lead + lines[:-1] + [lines[-1] + notes.trailing(node.span)]
+
+
+def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
     match s:
         case A.Input(name=name, type=typ):
             return [f"input {name}: {typ}"]
@@ -116,8 +174,8 @@ def stmt(s: A.Stmt) -> list[str]:
             lines = [f"gate {name} {{"]
             for r in rules:
                 when = "" if r.when is None else f" when {expr(r.when)}"
-                lines.append(f"  {r.verdict} {r.reason}{when}")
-            return lines + ["}"]
+                lines += _with_notes(lambda: [f"  {r.verdict} {r.reason}{when}"], r, notes, "  ")
+            return lines + (notes.before(s.span.end, "  ") if notes else []) + ["}"]
         case A.Skip(reason=reason, mode=mode, cond=cond):
             return [f"skip {reason} {mode} {expr(cond)}"]
         case A.Term(name=name, expr=e, on=on, when=when):
@@ -136,22 +194,34 @@ def stmt(s: A.Stmt) -> list[str]:
     raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
 
 
-def _shaper(s: A.Shaper) -> list[str]:
+def _shaper(s: A.Shaper, notes: _Comments | None = None) -> list[str]:
     contracts = "".join(f" {c.kind} {c.value}" for c in s.contracts)
     params = [_param(p) for p in s.params]
     one_line = f"shaper {s.name}({', '.join(params)}){contracts} {{"
-    if len(one_line) <= _WIDTH:
+    # a comment among the params needs the one-param-per-line layout to stay next to its param
+    commented = notes is not None and bool(s.params) and (
+        notes.pending(s.params[-1].span.end) or notes.ends_line_of(s.params[-1].span))
+    if len(one_line) <= _WIDTH and not commented:
         lines = [one_line]
     else:
-        lines = [f"shaper {s.name}("] + [f"  {p}," for p in params] + [f"){contracts} {{"]
+        lines = [f"shaper {s.name}("]
+        for p, text in zip(s.params, params):
+            lines += _with_notes(lambda: [f"  {text},"], p, notes, "  ")
+        lines.append(f"){contracts} {{")
     if s.doc is not None:
         lines += _doc(s.doc, "  ")
+    prev_end = None
     for st in s.body:
-        lines += [f"  {line}" for line in stmt(st)]
+        if _blank_before(prev_end, st, notes):
+            lines.append("")
+        lines += [f"  {line}" if line else "" for line in _with_notes(lambda: stmt(st, notes), st, notes, "")]
+        prev_end = st.span.end
+    if notes is not None:
+        lines += notes.before(s.span.end, "  ")
     return lines + ["}"]
 
 
-def item(it: A.Item) -> list[str]:
+def item(it: A.Item, notes: _Comments | None = None) -> list[str]:
     match it:
         case A.Import(target=target, is_path=is_path, alias=alias):
             text = f'import "{target}"' if is_path else f"import {target}"
@@ -159,7 +229,7 @@ def item(it: A.Item) -> list[str]:
         case A.FnDef(name=name, params=params, body=body):
             return [f"fn {name}({', '.join(params)}) = {expr(body)}"]
         case A.Shaper():
-            return _shaper(it)
+            return _shaper(it, notes)
         case A.Pipeline(name=name, stages=stages):
             parts = []
             for st in stages:
@@ -170,16 +240,27 @@ def item(it: A.Item) -> list[str]:
 
 
 def pretty(module: A.Module) -> str:
-    """Canonical source for a module: one blank line between items, two-space indents."""
+    """Canonical source for a module: one blank line between items, two-space indents.
+
+    Comments come back in front of the item or statement they preceded (or at the end of the
+    line they ended); a blank line the source had before a statement or a comment is kept.
+    """
+    notes = _Comments(module)
     blocks: list[str] = []
     if module.doc is not None:
+        blocks += notes.before(module.span.start)
         blocks.append(f'"""{module.doc}"""')
     prev = None
     for it in module.items:
-        text = "\n".join(item(it))
         # imports and fns sit together; shapers and pipelines get a blank line around them
-        if blocks and (type(it) is not type(prev) or isinstance(it, A.Shaper)):
+        blank = type(it) is not type(prev) or isinstance(it, A.Shaper) or _blank_before(
+            prev.span.end if prev is not None else None, it, notes)
+        text = "\n".join(_with_notes(lambda: item(it, notes), it, notes, ""))
+        if blocks and blank:
             blocks.append("")
         blocks.append(text)
         prev = it
+    tail = notes.rest()
+    if tail:
+        blocks += ([""] if blocks else []) + tail
     return "\n".join(blocks) + "\n"

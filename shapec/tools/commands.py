@@ -1,0 +1,189 @@
+"""The run / explain / plot / fmt subcommands: argument wiring only; the work is in sibling modules."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+class UsageError(Exception):
+    """Bad arguments or unreadable files: exit status 2."""
+
+
+def _spec_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("spec", help="a .shape file, or a stdlib module name such as nemo_rl")
+    p.add_argument("--shaper", help="shaper or pipeline to use (default: the only one, or the only pipeline)")
+    p.add_argument("--config", help="YAML params: shaper/stage names -> params, or a NeMo-RL config with grpo:")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one param (YAML value; STAGE.KEY for a pipeline stage); repeatable")
+    p.add_argument("--backend", choices=("numba", "interpreter"),
+                   help="execution backend (default: $SHAPEC_BACKEND or numba)")
+
+
+def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument("--data", required=required, help="rollouts: .jsonl or .parquet")
+    p.add_argument("--layout", choices=("flat", "nemo-gym"), default="flat", help="row layout (default: flat)")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--group-by", metavar="COLUMN",
+                       help="group key column; a group is a contiguous run of one key (default: prompt_id)")
+    group.add_argument("--group-size", type=int, metavar="N", help="groups are N contiguous rows")
+    p.add_argument("--length-type", choices=("chars", "tokens"),
+                   help="nemo-gym: count lengths in characters or tokenizer tokens "
+                        "(default: the config's length_type, else chars)")
+    p.add_argument("--tokenizer", help="nemo-gym: Hugging Face tokenizer name or path for --length-type tokens")
+    p.add_argument("--agent-by", metavar="PATH",
+                   help="where a row names its agent, for agent_overrides (default: agent_ref.name for "
+                        "nemo-gym, agent for flat)")
+
+
+def add_commands(sub) -> None:
+    p = sub.add_parser("run", help="shape a rollout file and write the shaped rollouts")
+    _spec_args(p)
+    _data_args(p, required=True)
+    p.add_argument("--out", required=True, help="shaped rollouts: .jsonl or .parquet")
+    p.add_argument("--chunk-rows", type=int, default=65536, metavar="N",
+                   help="rows per chunk (whole groups only; default 65536)")
+    p.add_argument("--on-bad-row", choices=("stop", "skip"), default="stop",
+                   help="stop at a bad row, or skip its group into <out>.rejects.jsonl (default: stop)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("explain", help="show, group by group, what a shaper does to each rollout")
+    _spec_args(p)
+    _data_args(p, required=True)
+    p.add_argument("--group", action="append", default=[], metavar="ID",
+                   help="only this group (its key, or its 0-based index with --group-size); repeatable")
+    p.add_argument("--limit", type=int, default=20, help="show at most this many groups (default 20)")
+    p.add_argument("--width", type=int, help="table width (default: the terminal's)")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("plot", help="plot shaped reward against length (and length distributions with --data)")
+    _spec_args(p)
+    _data_args(p, required=False)
+    p.add_argument("--out", required=True, help="image file (.png, .svg or .pdf)")
+    p.add_argument("--channel", help="the input swept on the x axis (default: the first length input)")
+    p.add_argument("--max-length", type=float, default=None, help="x-axis end (default: from params or data)")
+    p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("fmt", help="rewrite .shape files in canonical layout (comments kept)")
+    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("--check", action="store_true", help="change nothing; print a diff and exit 1 if a file would change")
+    p.set_defaults(func=cmd_fmt)
+
+
+def shape_files(paths: list[str]) -> list[Path]:
+    files: list[Path] = []
+    for p in paths:
+        path = Path(p)
+        if path.is_dir():
+            files.extend(sorted(path.rglob("*.shape")))
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise UsageError(f"{p}: no such file or directory")
+    return files
+
+
+def cmd_fmt(args) -> int:
+    from .fmt import format_files
+
+    files = shape_files(args.paths)
+    for f in files:
+        try:
+            f.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"{f}: cannot read ({err})") from None
+    return format_files(files, args.check, sys.stdout, sys.stderr)
+
+
+def _need_file(path: str | None, what: str) -> Path | None:
+    if path is None:
+        return None
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"{what} {path}: no such file")
+    return p
+
+
+def _setup(args):
+    """Module, shaper and param plan from the common arguments."""
+    from .config import build_plan
+    from .spec import load_module, pick_shaper
+
+    _need_file(args.config, "--config")
+    module = load_module(args.spec, args.backend)
+    shaper = pick_shaper(module, args.shaper)
+    plan = build_plan(shaper, module.names(), args.config, args.sets)
+    return module, shaper, plan
+
+
+def _layout_and_grouping(args, plan):
+    from .rundata import FlatLayout, Grouping, NemoGymLayout
+
+    if args.group_size is not None and args.group_size <= 0:
+        raise UsageError(f"--group-size: expected a positive integer, got {args.group_size}")
+    agent_key = (args.agent_by or ("agent_ref.name" if args.layout == "nemo-gym" else "agent")) \
+        if plan.uses_agents else None
+    if args.layout == "nemo-gym":
+        length_type = args.length_type or plan.length_type or "chars"
+        tokenizer = None
+        if length_type == "tokens":
+            if args.tokenizer is None:
+                print("shapec: note: length_type is tokens but no --tokenizer was given; counting characters, "
+                      "as NeMo-RL does without a tokenizer", file=sys.stderr)
+            else:
+                tokenizer = _load_tokenizer(args.tokenizer)
+        layout = NemoGymLayout(length_type, tokenizer, agent_key)
+    else:
+        layout = FlatLayout(agent_key)
+    if args.group_size is not None:
+        grouping = Grouping(key=None, size=args.group_size)
+    elif args.group_by is None and args.layout == "nemo-gym" and plan.group_size is not None:
+        grouping = Grouping(key=None, size=plan.group_size)
+    else:
+        grouping = Grouping(key=args.group_by or "prompt_id")
+    return layout, grouping
+
+
+def _load_tokenizer(name: str):
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise UsageError("--tokenizer needs the transformers package (pip install transformers)") from None
+    return AutoTokenizer.from_pretrained(name)
+
+
+def cmd_run(args) -> int:
+    from .rundata import format_report, run_file
+
+    data = _need_file(args.data, "--data")
+    if args.chunk_rows <= 0:
+        raise UsageError(f"--chunk-rows: expected a positive integer, got {args.chunk_rows}")
+    _, shaper, plan = _setup(args)
+    layout, grouping = _layout_and_grouping(args, plan)
+    report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows, args.on_bad_row,
+                      progress=not args.no_progress)
+    print(format_report(report, args.spec, shaper.name, data))
+    return 0
+
+
+def cmd_explain(args) -> int:
+    from .explain import explain
+
+    data = _need_file(args.data, "--data")
+    _, shaper, plan = _setup(args)
+    layout, grouping = _layout_and_grouping(args, plan)
+    return explain(shaper, plan, layout, data, grouping, args.group, args.limit, args.width)
+
+
+def cmd_plot(args) -> int:
+    from .plot import plot
+
+    data = _need_file(args.data, "--data")
+    _, shaper, plan = _setup(args)
+    layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
+    plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,
+         data=data, layout=layout, grouping=grouping)
+    print(f"wrote {args.out}")
+    return 0

@@ -1,0 +1,264 @@
+"""Params from YAML configs and `--set key=value`, validated by the shapers' generated models.
+
+A config maps shaper names (or, for a pipeline, stage names) to params:
+
+    length_penalty:
+      longest_total_penalty: 0.2
+
+NeMo-RL's own config is accepted as it is: a top-level `grpo` block whose `length_penalty`
+and `time_efficiency` blocks are mapped to the params of the stdlib stages of the same name
+(global bands, implicitly enabled band channels and per-agent overrides included).
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..runtime.params import ParamError, validate_params
+from .spec import ToolError, stage_irs
+
+
+
+def _hint(key: str, options) -> str:
+    close = difflib.get_close_matches(str(key), [str(o) for o in options], n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(map(str, options))}"
+
+
+@dataclass
+class ParamPlan:
+    """Params per stage, plus per-agent overrides that become per-group param columns."""
+
+    shaper: Any
+    base: dict[str, dict[str, Any]]
+    agents: dict[str, dict[str, dict[str, Any] | None]] = field(default_factory=dict)
+    length_type: str | None = None
+    group_size: int | None = None
+    _warned: set = field(default_factory=set)
+
+    @property
+    def stage_names(self) -> list[str]:
+        return [ir.name for ir in stage_irs(self.shaper)]
+
+    @property
+    def uses_agents(self) -> bool:
+        return any(self.agents.values())
+
+    def params(self, agents: list[str | None] | None = None) -> dict[str, Any]:
+        """The `params=` argument for one call; `agents` names each group's agent."""
+        per_stage: dict[str, dict[str, Any]] = {}
+        for ir in stage_irs(self.shaper):
+            base = dict(self.base.get(ir.name, {}))
+            overrides = self.agents.get(ir.name) or {}
+            if overrides and agents is not None:
+                resolved = validate_params(ir, base)
+                rows = [self._resolve(ir.name, overrides, a) for a in agents]
+                for key in sorted({k for o in overrides.values() if o for k in o}):
+                    base[key] = [row.get(key, resolved[key]) for row in rows]
+            per_stage[ir.name] = base
+        if not self.shaper.is_pipeline:
+            return per_stage[self.stage_names[0]]
+        return per_stage
+
+    def _resolve(self, stage: str, overrides: dict, agent: str | None) -> dict:
+        """NeMo-RL's rule: an agent's override replaces only the keys it sets; none means defaults."""
+        if agent not in overrides:
+            if agent not in self._warned:
+                self._warned.add(agent)
+                print(f"shapec: warning: agent {agent!r} not found in agent_overrides of {stage!r}, "
+                      f"falling back to defaults", file=sys.stderr)
+            return {}
+        return dict(overrides[agent] or {})
+
+
+def parse_set(items: list[str]) -> list[tuple[str, Any]]:
+    """`key=value` pairs; values are YAML (so `0.2`, `true`, `[1, 2]`, `null` mean what they say)."""
+    import yaml
+
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ToolError(f"--set {item!r}: expected key=value")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError as err:
+            raise ToolError(f"--set {item!r}: value is not valid YAML ({err.problem})") from None
+        out.append((key.strip(), value))
+    return out
+
+
+def build_plan(shaper, module_names: tuple[str, ...] = (), config: str | Path | None = None,
+               sets: list[str] | None = None) -> ParamPlan:
+    """Read the config (if any), apply `--set` overrides and validate every stage's params."""
+    plan = ParamPlan(shaper, {name: {} for name in [ir.name for ir in stage_irs(shaper)]})
+    if config is not None:
+        _load_config(plan, Path(config), module_names)
+    for key, value in parse_set(sets or []):
+        _apply_set(plan, key, value)
+    _validate(plan, str(config) if config else "--set")
+    return plan
+
+
+def _load_config(plan: ParamPlan, path: Path, module_names: tuple[str, ...]) -> None:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as err:
+        raise ToolError(f"{path}: cannot read config ({err.strerror})") from None
+    except yaml.YAMLError as err:
+        raise ToolError(f"{path}: not valid YAML: {err}") from None
+    if data is None:
+        return
+    if not isinstance(data, Mapping):
+        raise ToolError(f"{path}: expected a mapping of shaper names to params, got {type(data).__name__}")
+    stages = plan.stage_names
+    nemo = "grpo" in data
+    for key, value in data.items():
+        if key == "grpo":
+            _load_grpo(plan, path, value)
+        elif key in stages:
+            if value is None:
+                continue
+            if not isinstance(value, Mapping):
+                raise ToolError(f"{path}: {key}: expected a mapping of params, got {type(value).__name__}")
+            plan.base[key].update(value)
+        elif key in module_names or nemo:
+            continue  # params of another shaper of the module, or the rest of a NeMo-RL config
+        else:
+            raise ToolError(f"{path}: unknown key {key!r}{_hint(key, [*stages, 'grpo'])}")
+
+
+def _stage_named(plan: ParamPlan, path: Path, block: str) -> str:
+    names = plan.stage_names
+    if block in names:
+        return block
+    matches = [n for n in names if block in n]
+    if len(matches) == 1:
+        return matches[0]
+    raise ToolError(f"{path}: grpo.{block} is set but {plan.shaper.name!r} has no {block} stage "
+                    f"(stages: {', '.join(names)})")
+
+
+def _load_grpo(plan: ParamPlan, path: Path, grpo: Any) -> None:
+    if grpo is None:
+        return
+    if not isinstance(grpo, Mapping):
+        raise ToolError(f"{path}: grpo: expected a mapping, got {type(grpo).__name__}")
+    size = grpo.get("num_generations_per_prompt")
+    if size is not None:
+        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+            raise ToolError(f"{path}: grpo.num_generations_per_prompt: expected a positive integer, got {size!r}")
+        plan.group_size = size
+    if grpo.get("length_penalty") is not None:
+        stage = _stage_named(plan, path, "length_penalty")
+        _load_length_penalty(plan, path, stage, grpo["length_penalty"])
+    if grpo.get("time_efficiency") is not None:
+        stage = _stage_named(plan, path, "time_efficiency")
+        _load_time_efficiency(plan, path, stage, grpo["time_efficiency"])
+
+
+def _mapping(value: Any, where: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ToolError(f"{where}: expected a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _first_error(err, where: str) -> ToolError:
+    first = err.errors()[0]
+    loc = ".".join(str(x) for x in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
+    return ToolError(f"{where}{'.' + loc if loc else ''}: {msg}")
+
+
+def _load_length_penalty(plan: ParamPlan, path: Path, stage: str, block: Any) -> None:
+    """grpo.length_penalty -> params of the stdlib length_penalty shaper, resolved as NeMo-RL does.
+
+    `default` sets the params (its `length_type` selects how lengths are counted), the
+    channels under an enabled `profile_band.defaults` become global bands and are enabled
+    unless `default` sets their flag, and `agent_overrides` become per-group params by agent.
+    """
+    from pydantic import ValidationError
+
+    from ..compat.nemo_rl import LengthPenaltyConfig, default_params, global_bands
+
+    where = f"{path}: grpo.length_penalty"
+    try:
+        cfg = LengthPenaltyConfig.model_validate(_mapping(block, where))
+    except ValidationError as err:
+        raise _first_error(err, where) from None
+    bands = global_bands(cfg)
+    params = default_params(cfg, bands)
+    plan.length_type = params.pop("length_type")
+    params.update({f"global_band_{ch}": abf for ch, abf in bands.items()})
+    plan.base[stage].update(params)
+    if cfg.agent_overrides:
+        agents: dict[str, dict | None] = {}
+        for agent, override in cfg.agent_overrides.items():
+            values = override.model_dump(exclude_unset=True) if override is not None else None
+            if values and values.pop("length_type", plan.length_type) != plan.length_type:
+                raise ToolError(f"{where}.agent_overrides.{agent}.length_type: a per-agent length_type is not "
+                                f"supported; lengths are counted once, in {plan.length_type}")
+            agents[str(agent)] = values
+        plan.agents[stage] = agents
+
+
+def _load_time_efficiency(plan: ParamPlan, path: Path, stage: str, block: Any) -> None:
+    """grpo.time_efficiency -> params of the time_efficiency stage (same names).
+
+    NeMo-RL keeps unknown keys of this block and ignores them; so does shapec, with a warning
+    that names the closest known key.
+    """
+    from pydantic import ValidationError
+
+    from ..compat._time_efficiency import TimeEfficiencyConfig
+
+    where = f"{path}: grpo.time_efficiency"
+    try:
+        cfg = TimeEfficiencyConfig.model_validate(_mapping(block, where))
+    except ValidationError as err:
+        raise _first_error(err, where) from None
+    for key in cfg.model_extra or {}:
+        print(f"shapec: warning: {where}: unknown key {key!r} ignored{_hint(key, list(type(cfg).model_fields))}",
+              file=sys.stderr)
+    values = {k: v for k, v in cfg.model_dump(exclude_unset=True).items() if k in type(cfg).model_fields}
+    names = {p.name for ir in stage_irs(plan.shaper) if ir.name == stage for p in ir.params}
+    if not values.pop("enabled", True) and "enabled" not in names:
+        raise ToolError(f"{where}.enabled is false, but {plan.shaper.name!r} always runs its {stage!r} stage; "
+                        f"run a shaper without it instead")
+    plan.base[stage].update(values)
+
+
+def _apply_set(plan: ParamPlan, key: str, value: Any) -> None:
+    stages = plan.stage_names
+    stage, dot, name = key.partition(".")
+    if dot and stage in stages:
+        plan.base[stage][name] = value
+        return
+    if dot:
+        raise ToolError(f"--set {key}: unknown stage {stage!r}{_hint(stage, stages)}")
+    owners = [ir.name for ir in stage_irs(plan.shaper) if key in {p.name for p in ir.params}]
+    if len(stages) == 1 or len(owners) == 1:
+        plan.base[owners[0] if owners else stages[0]][key] = value
+        return
+    if not owners:
+        every = sorted({p.name for ir in stage_irs(plan.shaper) for p in ir.params})
+        raise ToolError(f"--set {key}: no stage has a param {key!r}{_hint(key, every)}")
+    raise ToolError(f"--set {key}: several stages have {key!r} ({', '.join(owners)}); write STAGE.{key}=...")
+
+
+def _validate(plan: ParamPlan, source: str) -> None:
+    for ir in stage_irs(plan.shaper):
+        base = plan.base.get(ir.name, {})
+        try:
+            validate_params(ir, base, f"{source}: {ir.name}: ")
+            for agent, override in (plan.agents.get(ir.name) or {}).items():
+                validate_params(ir, {**base, **(override or {})}, f"{source}: {ir.name}: agent {agent!r}: ")
+        except ParamError as err:
+            raise ToolError(str(err)) from None

@@ -1,0 +1,44 @@
+"""`shapec fmt`: rewrite .shape files in the pretty-printer's canonical layout, comments kept."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from ..syntax.parser import parse
+from ..syntax.pretty import pretty
+from ..syntax.source import ShapeError
+
+
+def format_source(text: str, filename: str = "<string>") -> str:
+    """The canonical text of a spec; raises ShapeError when it does not parse."""
+    return pretty(parse(text, filename))
+
+
+def format_files(files: list[Path], check: bool, out, err) -> int:
+    """Format (or with check, diff) each file. Exit status: 0 clean, 1 would change or bad syntax."""
+    status = 0
+    changed = 0
+    for path in files:
+        text = path.read_text()
+        try:
+            new = format_source(text, str(path))
+        except ShapeError as error:
+            for d in error.diagnostics:
+                print(d.render(), file=err)
+            status = 1
+            continue
+        if new == text:
+            continue
+        changed += 1
+        if check:
+            status = 1
+            out.write("".join(difflib.unified_diff(
+                text.splitlines(keepends=True), new.splitlines(keepends=True),
+                fromfile=f"{path} (original)", tofile=f"{path} (formatted)")))
+        else:
+            path.write_text(new)
+            print(f"reformatted {path}", file=err)
+    if check and changed:
+        print(f"{changed} file{'s' if changed != 1 else ''} would be reformatted", file=err)
+    return status
