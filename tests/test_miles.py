@@ -7,6 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shapec
 from shapec.compat.miles import group_advantages, keep_groups, loss_tokens, shape_rewards
@@ -20,8 +22,29 @@ def test_documented_example_doubling_the_reference_halves_the_reward():
 
 def test_power_law_with_fractional_coefficient():
     # c = 0.5: 300 / 100 = 3 -> 3 ** -0.5; 150 / 100 -> 1.5 ** -0.5
+    # (pow may differ from Python's in the last place where NumPy uses SIMD math libraries)
     out = shape_rewards([1, 1, 1], [100, 300, 150], group_size=3, coeff=0.5)
-    assert out.tolist() == [1.0, 3.0 ** -0.5, 1.5 ** -0.5]
+    assert out.tolist() == pytest.approx([1.0, 3.0 ** -0.5, 1.5 ** -0.5], rel=1e-15, abs=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_matches_the_documented_formula_on_random_groups(data):
+    sizes = data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=5))
+    n = sum(sizes)
+    rewards = data.draw(st.lists(st.sampled_from([0.0, 1.0, 0.5]), min_size=n, max_size=n))
+    lengths = data.draw(st.lists(st.integers(0, 5000), min_size=n, max_size=n))
+    coeff = data.draw(st.floats(0.0, 4.0, allow_nan=False))
+    m = data.draw(st.integers(1, 300))
+    offsets = np.cumsum([0] + sizes).tolist()
+    expected = list(rewards)
+    for s, e in zip(offsets[:-1], offsets[1:]):
+        correct = [L for r, L in zip(rewards[s:e], lengths[s:e]) if r == 1.0]
+        for i in range(s, e):
+            if rewards[i] == 1.0:
+                expected[i] = max(1, lengths[i] / max(m, min(correct))) ** (-coeff)
+    out = shape_rewards(rewards, lengths, offsets=offsets, coeff=coeff, min_tokens=m)
+    assert out.tolist() == pytest.approx(expected, rel=1e-15, abs=0)
 
 
 def test_ties_and_lengths_at_the_reference_keep_one():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import shapec
@@ -101,6 +103,40 @@ def test_floor_lifts_only_rewards_strictly_below_it():
     metrics = apply_time_efficiency_reward(results, on(floor=0.5))
     assert rewards(results) == [0.5, 0.5]
     assert metrics["time_efficiency/floored_frac"] == 0.5
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_matches_the_pr_rule_on_random_results(data):
+    """The PR's rule restated row by row; rewards must agree bit for bit, the bonus on or off."""
+    n = data.draw(st.integers(1, 8))
+    cfg = on(
+        lambda_time=data.draw(st.sampled_from([1.0 / 60.0, 0.02, 0.0])),
+        apply_to=data.draw(st.sampled_from(["all", "correct"])),
+        lambda_call_bonus=data.draw(st.sampled_from([0.0, 0.1, 0.37])),
+        call_bonus_ref=data.draw(st.sampled_from([56.0, 3.0, 7.5])),
+        floor=data.draw(st.sampled_from([None, 0.05, -0.3])),
+    )
+    results = [row(data.draw(st.sampled_from([0.0, 1.0, 0.7, None])),
+                   minutes=data.draw(st.floats(0.0, 120.0, allow_nan=False)),
+                   resolved=data.draw(st.booleans()), calls=data.draw(st.integers(0, 80))) for _ in range(n)]
+    mask = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    expected, floored = [], 0
+    for r, masked in zip(results, mask):
+        fr = r["full_result"]
+        minutes = max(float(fr["openhands_run_time"]), 0.0) / 60.0
+        if masked or (cfg.apply_to == "correct" and not (fr["resolved"] and fr["reward"])):
+            expected.append(fr["reward"])
+            continue
+        bonus = cfg.lambda_call_bonus * min(len(fr["response"]["output"]) / cfg.call_bonus_ref, 1.0) \
+            if cfg.lambda_call_bonus > 0 else 0.0
+        new = float(fr["reward"] or 0.0) + bonus - cfg.lambda_time * minutes
+        if cfg.floor is not None and new < cfg.floor:
+            new, floored = cfg.floor, floored + 1
+        expected.append(new)
+    metrics = apply_time_efficiency_reward(results, cfg, mask_sample=mask)
+    assert rewards(results) == expected
+    assert metrics["time_efficiency/floored_frac"] == floored / n
 
 
 # ------------------------------------------------------------------------------ gates
