@@ -454,6 +454,7 @@ class ChunkOutcome:
     good_rows: np.ndarray  # local row indices that were shaped, in order
     result: Any  # Result over the good groups (None when no group was good)
     rejected: list[tuple[int, str]]  # (local row index, reason), every row of every rejected group
+    channels: dict[str, np.ndarray] = field(default_factory=dict)  # inputs of every row of the chunk
 
 
 def _needs(shaper):
@@ -516,7 +517,7 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
         for i in range(off[g], off[g + 1]):
             own = ex.errors.get(i)
             rejected.append((int(i), str(own) if own else f"in a group with a bad row: {first}"))
-    return ChunkOutcome(rows, result, rejected)
+    return ChunkOutcome(rows, result, rejected, ex.channels)
 
 
 # ------------------------------------------------------------------------- writing
