@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import shapec
 from shapec.compat.short_rl import ShortRL
@@ -121,6 +123,34 @@ def test_shaper_reports_terms_gates_and_metrics():
     assert out.gates["stable_switch"] == ["open", "open"]
     assert out.metrics["acc"] == 0.5 and out.metrics["acc_max"] == 0.5
     assert out.metrics["length_reward_mean"] == (0.5 + (0.5 - 300 / (300 + EPS))) / 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_matches_the_official_rule_over_random_steps(data):
+    tau_l = data.draw(st.sampled_from([0, 100, 200]))
+    shaper, best = ShortRL(tau_l=tau_l), 0.0
+    for _ in range(data.draw(st.integers(1, 4))):
+        sizes = data.draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
+        n = sum(sizes)
+        correct = data.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+        lengths = data.draw(st.lists(st.integers(0, 2000), min_size=n, max_size=n))
+        rewards = [3.0 if c else -0.5 for c in correct]
+        offsets = [0]
+        for size in sizes:
+            offsets.append(offsets[-1] + size)
+        acc = sum(correct) / n
+        best = max(best, acc)
+        expected = list(rewards)
+        if acc >= best - 0.05:
+            for s, e in zip(offsets[:-1], offsets[1:]):
+                right = [L for c, L in zip(correct[s:e], lengths[s:e]) if c]
+                for i in range(s, e):
+                    if correct[i]:
+                        expected[i] += beta(lengths[i], min(right), max(right), tau_l)
+        out = shaper(rewards, correct, lengths, offsets=offsets)
+        assert out.tolist() == expected
+        assert shaper.acc_max == best and shaper.switch_on == (acc >= best - 0.05)
 
 
 # ------------------------------------------------------------------------------ arguments
