@@ -153,6 +153,30 @@ class TestTextAndLengths:
     def test_missing_response(self):
         assert response_texts({"full_result": {}}) == ("", "")
 
+    @pytest.mark.parametrize("output", [
+        [{"type": "reasoning", "summary": [{"text": "abc"}, {"text": "de"}]},
+         {"type": "message", "role": "assistant", "content": [{"text": "xy"}]}],
+        [{"type": "message", "content": [{"text": "no role"}]}],               # role absent
+        [{"type": "message", "role": None, "content": "plain string"}],
+        [{"type": "message", "role": "user", "content": [{"text": "observation"}]}],
+        [{"type": "reasoning", "summary": [{"type": "summary_text"}]}],          # part without text
+        [{"summary": [{"text": "untyped"}]}, {"type": "function_call"}],
+        [SimpleNamespace(type="reasoning", summary=[SimpleNamespace(text="obj")])],
+        [{"type": "message", "role": "assistant"}],                              # no content
+    ])
+    def test_fast_character_count_matches_the_texts(self, output):
+        result = {"full_result": {"response": {"output": output}}}
+        texts = response_texts(result)
+        assert nemo_rl._plain_char_lengths(result) in (None, (len(texts[0]), len(texts[1])))
+        # through the drop-in: a 5-char reasoning rival makes the odd row the longer or the shorter one
+        rival = row(1, 5)
+        results = [{**result, "agent_ref": {"name": "math"}}, rival]
+        results[0]["full_result"]["reward"] = 1
+        apply_group_length_penalties(results, {"default": {"length_type": "chars", "longest_total_penalty": 0.2}}, 2)
+        total = len(texts[0]) + len(texts[1])
+        expected = [1, 1] if total == 0 else [0.8, 1] if total > 5 else [1, 0.8]
+        assert rewards(results) == pytest.approx(expected)
+
     def test_length_units(self):
         tok = FakeTokenizer()
         assert length_of("two words here", "tokens", tok) == 3

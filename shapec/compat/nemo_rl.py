@@ -250,7 +250,6 @@ def apply_group_length_penalties(
 
     n = len(results)
     starts = range(0, n, group_size)
-    G = len(starts)
     defaults = default_params(cfg, bands)
     agents = [results[s]["agent_ref"]["name"] for s in starts]
     memo: dict[str, dict[str, Any]] = {}
@@ -263,33 +262,11 @@ def apply_group_length_penalties(
                 memo[agent] = agent_params(agent, cfg, defaults)
             per_group.append(memo[agent])
 
-    rewards = np.empty(n)
-    components = np.zeros(n)
-    low_effort = np.zeros(n)
-    reasoning = np.zeros(n)
-    answer = np.zeros(n)
-    texts: list[tuple[str, str]] = []
-    for i, row in enumerate(results):
-        full = row["full_result"]
-        rewards[i] = full["reward"]
-        if full.get("reward_components"):
-            components[i] = 1.0
-        if row.get("low_effort_applied"):
-            low_effort[i] = 1.0
-        texts.append(response_texts(row))
-    for g, s in enumerate(starts):
-        params = per_group[g]
-        if not params["enabled"]:
-            continue
-        use_tokens = params["length_type"] == "tokens" and tokenizer is not None
-        for i in range(s, min(s + group_size, n)):
-            r_text, a_text = texts[i]
-            if use_tokens:
-                reasoning[i] = len(tokenizer.encode(r_text, add_special_tokens=False)) if r_text else 0
-                answer[i] = len(tokenizer.encode(a_text, add_special_tokens=False)) if a_text else 0
-            else:
-                reasoning[i] = len(r_text)
-                answer[i] = len(a_text)
+    fulls = [row["full_result"] for row in results]
+    rewards = np.array([full["reward"] for full in fulls], dtype=np.float64)
+    components = np.array([1.0 if full.get("reward_components") else 0.0 for full in fulls])
+    low_effort = np.array([1.0 if row.get("low_effort_applied") else 0.0 for row in results])
+    reasoning, answer = _lengths(results, starts, group_size, per_group, tokenizer)
 
     out = length_penalty_shaper()(
         rewards, group_size=group_size,
@@ -298,9 +275,9 @@ def apply_group_length_penalties(
         params=_param_columns(per_group, bands),
         reward_components=components,
     )
-    final = out.rewards
-    for i in np.flatnonzero(final != rewards):
-        results[i]["full_result"]["reward"] = float(final[i])
+    final = out.rewards.tolist()
+    for i in np.flatnonzero(out.rewards != rewards).tolist():
+        fulls[i]["reward"] = final[i]
 
     reasons = out.skip_reasons
     for g, agent in enumerate(agents):
@@ -312,6 +289,55 @@ def apply_group_length_penalties(
     if cfg.verbose:
         _print_breakdown(out, agents, per_group, reasoning, answer, rewards)
     return {f"length_penalty/{k}": float(out.metrics[k]) for k in METRICS}
+
+
+def _lengths(results, starts: range, group_size: int, per_group, tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups)."""
+    n = len(results)
+    reasoning = [0] * n
+    answer = [0] * n
+    for g, s in enumerate(starts):
+        params = per_group[g]
+        if not params["enabled"]:
+            continue
+        use_tokens = params["length_type"] == "tokens" and tokenizer is not None
+        for i in range(s, min(s + group_size, n)):
+            row = results[i]
+            counted = None if use_tokens else _plain_char_lengths(row)
+            if counted is None:
+                r_text, a_text = response_texts(row)
+                counted = (length_of(r_text, params["length_type"], tokenizer),
+                           length_of(a_text, params["length_type"], tokenizer))
+            reasoning[i], answer[i] = counted
+    return np.array(reasoning, dtype=np.float64), np.array(answer, dtype=np.float64)
+
+
+def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
+    """response_texts' character counts without building the strings: a fast path for plain dict rows.
+
+    Returns None (use response_texts) on anything unusual: a missing key, an object item, a missing text.
+    Walking the dicts is memory-bound, so this path avoids method calls and string copies.
+    """
+    reasoning = answer = 0
+    try:
+        for item in row["full_result"]["response"]["output"]:
+            kind = item["type"]
+            if kind == "reasoning":
+                for part in item["summary"]:
+                    reasoning += len(part["text"])
+            elif kind == "message":
+                role = item.get("role")
+                if role is not None and role != "assistant":
+                    continue
+                content = item["content"]
+                if isinstance(content, list):
+                    for part in content:
+                        answer += len(part["text"])
+                elif isinstance(content, str):
+                    answer += len(content)
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return reasoning, answer
 
 
 def _group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, Any]:
