@@ -19,6 +19,12 @@ from typing import Any, Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ._time_efficiency import TimeEfficiencyConfig, apply_time_efficiency_reward
+
+__all__ = ["LengthPenaltyConfig", "LengthPenaltyParams", "ProfileBandConfig", "apply_group_length_penalties",
+           "response_texts", "length_of", "length_penalty_shaper", "TimeEfficiencyConfig",
+           "apply_time_efficiency_reward"]
+
 logger = logging.getLogger(__name__)
 
 CHANNELS = ("total", "reasoning", "answer")
