@@ -164,7 +164,8 @@ def python_baseline(results: list[dict], p: dict, size: int) -> list[float]:
 
 # ------------------------------------------------------------------------------ timing
 def best_of(fn, repeat: int, reset=None) -> float:
-    """Median wall time of fn() in seconds (reset() runs untimed before each call)."""
+    """Fastest wall time of fn() in seconds (reset() runs untimed before each call); the minimum is the
+    figure least disturbed by other processes on a shared machine."""
     times = []
     for _ in range(repeat):
         if reset:
@@ -172,7 +173,7 @@ def best_of(fn, repeat: int, reset=None) -> float:
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def main() -> None:

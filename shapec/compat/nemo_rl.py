@@ -191,15 +191,15 @@ def length_of(text: str, length_type: str, tokenizer: Any = None) -> int:
     return len(text)
 
 
+def _number(v: Any) -> float:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+
+
 def _row_band(block: Any) -> tuple[float, float, float, float]:
     """A row's band channel -> (a, b, f, present). A present but malformed channel has NaN fields."""
-
-    def num(v: Any) -> float:
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-
     if not isinstance(block, dict):
         return (math.nan, math.nan, math.nan, 1.0)
-    return (num(block.get("a")), num(block.get("b")), num(block.get("f")), 1.0)
+    return (_number(block.get("a")), _number(block.get("b")), _number(block.get("f")), 1.0)
 
 
 # ------------------------------------------------------------------------------------------ shaper
@@ -300,22 +300,23 @@ def apply_group_length_penalties(
 def _lengths(results, starts: range, group_size: int, per_group, tokenizer) -> tuple[np.ndarray, np.ndarray]:
     """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups)."""
     n = len(results)
-    reasoning = [0] * n
-    answer = [0] * n
+    counts: list[tuple[int, int] | None] = [(0, 0)] * n
     for g, s in enumerate(starts):
         params = per_group[g]
         if not params["enabled"]:
             continue
-        use_tokens = params["length_type"] == "tokens" and tokenizer is not None
-        for i in range(s, min(s + group_size, n)):
-            row = results[i]
-            counted = None if use_tokens else _plain_char_lengths(row)
-            if counted is None:
-                r_text, a_text = response_texts(row)
-                counted = (length_of(r_text, params["length_type"], tokenizer),
-                           length_of(a_text, params["length_type"], tokenizer))
-            reasoning[i], answer[i] = counted
-    return np.array(reasoning, dtype=np.float64), np.array(answer, dtype=np.float64)
+        e = min(s + group_size, n)
+        if params["length_type"] == "tokens" and tokenizer is not None:
+            counts[s:e] = [None] * (e - s)
+        else:
+            counts[s:e] = map(_plain_char_lengths, results[s:e])
+        for i in range(s, e):
+            if counts[i] is None:  # tokens, or a row the fast path does not handle
+                r_text, a_text = response_texts(results[i])
+                counts[i] = (length_of(r_text, params["length_type"], tokenizer),
+                             length_of(a_text, params["length_type"], tokenizer))
+    both = np.array(counts, dtype=np.float64).reshape(n, 2)
+    return both[:, 0].copy(), both[:, 1].copy()
 
 
 def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
@@ -347,31 +348,33 @@ def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
 
 
 def _group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, Any]:
-    """Per-group metadata from each group's first row: profile bands and profiled rollouts."""
-    G = len(starts)
-    band_rows = {ch: np.full((G, 4), math.nan) for ch in CHANNELS}
-    for ch in CHANNELS:
-        band_rows[ch][:, 3] = 0.0
-    offsets = np.zeros(G + 1, dtype=np.int64)
+    """Per-group metadata from each group's first row: profile bands and profiled rollouts.
+
+    A band channel the row lists is present (even if malformed: it then shadows the global band,
+    as NeMo-RL's dict merge does); an unlisted one is absent and falls back to the global band.
+    """
+    absent = (math.nan, math.nan, math.nan, 0.0)
+    band_rows: dict[str, list] = {ch: [] for ch in CHANNELS}
+    sizes = [0]
     p_rewards: list[float] = []
     p_lengths: list[float] = []
-    for g, s in enumerate(starts):
+    for s in starts:
         first = results[s]
         band = first.get("profile_band")
-        if band and isinstance(band, dict):
-            for ch in CHANNELS:
-                if ch in band:
-                    band_rows[ch][g] = _row_band(band[ch])
+        listed = band if band and isinstance(band, dict) else {}
+        for ch in CHANNELS:
+            band_rows[ch].append(_row_band(listed[ch]) if ch in listed else absent)
         pr, pl = first.get("profiled_rewards"), first.get("profiled_output_lengths")
         k = 0
         if pr is not None and pl is not None:
             k = min(len(pr), len(pl))
             p_rewards.extend(pr[:k])
             p_lengths.extend(pl[:k])
-        offsets[g + 1] = offsets[g] + k
+        sizes.append(k)
+    G = len(starts)
     return {
-        "profile_band": band_rows,
-        "profiled": {"offsets": offsets, "reward": np.asarray(p_rewards, dtype=np.float64),
+        "profile_band": {ch: np.array(rows, dtype=np.float64).reshape(G, 4) for ch, rows in band_rows.items()},
+        "profiled": {"offsets": np.cumsum(sizes, dtype=np.int64), "reward": np.asarray(p_rewards, dtype=np.float64),
                      "length": np.asarray(p_lengths, dtype=np.float64)},
     }
 
