@@ -213,11 +213,9 @@ class Chunk:
 
 
 def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterator[Chunk]:
-    """Re-cut blocks into chunks of about chunk_rows rows that hold whole groups only.
-
-    The last group of what has been read so far may continue in the next block, so it is
-    held back until a later group starts (or the input ends). A group longer than
-    chunk_rows becomes a chunk of its own.
+    """Re-cut blocks into chunks that hold whole groups only: each chunk ends at the first group
+    start at or past chunk_rows rows (or at the end of the input), so a chunk is chunk_rows rows
+    plus the rest of the group that crosses the boundary.
     """
     pending = None
     base = 0
@@ -226,9 +224,9 @@ def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterat
         while len(pending) >= chunk_rows:
             starts = grouping.starts(pending, base)
             later = starts[starts >= chunk_rows]
-            cut = int(later[0]) if len(later) else int(starts[-1])
-            if cut == 0:
-                break  # one group so far, still growing
+            if not len(later):
+                break  # the group crossing chunk_rows may go on in the next block
+            cut = int(later[0])
             yield Chunk(pending.slice(0, cut), base, np.append(starts[starts < cut], cut))
             pending = pending.slice(cut, len(pending))
             base += cut
@@ -530,10 +528,13 @@ def output_columns(result) -> dict[str, np.ndarray]:
 class Writer:
     """Writes shaped rows to .jsonl or .parquet (by extension), one chunk at a time."""
 
-    def __init__(self, path: Path, layout_name: str):
+    def __init__(self, path: Path, layout_name: str, input_schema=None):
+        """`input_schema`: the Arrow schema of every input row (a Parquet file's own, or one scanned
+        from JSONL), so that a field first seen in a later chunk still fits the Parquet output."""
         self.path = path
         self.format = input_format(path)
         self.layout = layout_name
+        self.input_schema = input_schema
         self.rows = 0
         self._fh = None
         self._pq = None
@@ -557,11 +558,13 @@ class Writer:
             if self.format == "parquet":
                 import pyarrow as pa
 
+                if self._schema is None:
+                    self._schema = self._output_schema(pa.Table.from_pylist(dicts).schema)
                 try:
                     table = pa.Table.from_pylist(dicts, schema=self._schema)
                 except (pa.ArrowInvalid, pa.ArrowTypeError) as err:
-                    raise ToolError(f"{self.path}: rows of this chunk do not fit the Parquet schema of the "
-                                    f"first chunk ({err}); write .jsonl instead") from None
+                    raise ToolError(f"{self.path}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} do not "
+                                    f"fit one Parquet schema ({err}); write .jsonl instead") from None
                 self._write_table(table)
             else:
                 self._write_dicts(dicts)
@@ -582,6 +585,23 @@ class Writer:
         out["env_reward"] = env
         out.update(extra)
         return out
+
+    def _output_schema(self, first):
+        """The first chunk's schema widened by every input row's (struct fields merged, ints to floats)."""
+        import pyarrow as pa
+
+        if self.input_schema is None:
+            return first
+        parts = [first, self.input_schema]
+        try:
+            if self.layout == "nemo-gym":
+                reward_type = self.input_schema.field("full_result").type.field("reward").type
+            else:
+                reward_type = self.input_schema.field("reward").type
+            parts.append(pa.schema([("env_reward", reward_type)]))
+        except KeyError:
+            pass
+        return pa.unify_schemas(parts, promote_options="permissive")
 
     @staticmethod
     def _arrow_rows(table, good: np.ndarray, rewards: np.ndarray, extra: dict):
@@ -765,13 +785,47 @@ def open_blocks(data: Path, layout, chunk_rows: int, progress_enabled: bool):
     return _parquet_blocks(data, block_rows, layout.name != "flat", progress), progress
 
 
+def scan_schema(data: Path):
+    """The Arrow schema of all rows of an input: a Parquet file's own, or unified over a JSONL file
+    (one extra streaming pass; rows that fit no schema are left to the validation to reject)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if input_format(data) == "parquet":
+        return pq.ParquetFile(data).schema_arrow
+    schema = None
+
+    def merge(rows):
+        nonlocal schema
+        try:
+            found = [pa.Table.from_pylist(rows).schema]
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            found = []
+            for r in rows:
+                try:
+                    found.append(pa.Table.from_pylist([r]).schema)
+                except (pa.ArrowInvalid, pa.ArrowTypeError):
+                    continue
+        for s in found:
+            try:
+                schema = s if schema is None else pa.unify_schemas([schema, s], promote_options="permissive")
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                continue
+
+    for block in _jsonl_blocks(data, 65536, Progress(0, "", False)):
+        merge([r for r in block.rows if isinstance(r, dict)])
+    return schema
+
+
 def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, chunk_rows: int,
              on_bad_row: str, progress: bool = True) -> RunReport:
     """Shape every group of `data` into `out`; reject bad groups into `<out stem>.rejects.jsonl`."""
     if input_format(out) and out.resolve() == data.resolve():
         raise ToolError(f"{out}: the output would overwrite the input")
     blocks, bar = open_blocks(data, layout, chunk_rows, progress)
-    writer = Writer(out, layout.name)
+    from_rows = input_format(data) == "jsonl" or layout.name != "flat"
+    schema = scan_schema(data) if input_format(out) == "parquet" and from_rows else None
+    writer = Writer(out, layout.name, schema)
     rejects = RejectsWriter(out)
     totals = MetricTotals(shaper)
     report = RunReport(out=out)
