@@ -78,14 +78,14 @@ def loss_tokens(loss_masks: Sequence[Any], removed: Sequence[Any] | None = None)
         raise ValueError(f"removed has {len(removed)} entries for {len(loss_masks)} rollouts")
     out = np.zeros(len(loss_masks), dtype=np.float64)
     for i, entry in enumerate(loss_masks):
-        samples = list(entry) if _is_sample_list(entry) else [entry]
+        siblings = _is_sample_list(entry)
+        samples = list(entry) if siblings else [entry]
         flags = removed[i] if removed is not None else False
         if isinstance(flags, (list, tuple, np.ndarray)):
             if len(flags) != len(samples):
                 raise ValueError(f"removed[{i}] has {len(flags)} flags for {len(samples)} samples")
         else:
             flags = [flags] * len(samples)
-        siblings = _is_sample_list(entry)
         for k, (mask, gone) in enumerate(zip(samples, flags)):
             if not gone:
                 out[i] += _mask_sum(mask, f"loss_masks[{i}][{k}]" if siblings else f"loss_masks[{i}]")
