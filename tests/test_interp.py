@@ -304,3 +304,29 @@ def test_non_finite_result_is_an_error():
     s = shaper("input x: float\nterm t = 1 / x")
     with pytest.raises(FloatingPointError, match="rollout 0 \\(group 0\\)"):
         s([1.0], group_size=1, channels={"x": [0.0]})
+
+
+def test_band_metadata_null_key_is_malformed_not_absent():
+    s = compile_str(src("""
+        shaper s(fallback: band = {10, 20, 0.5}) requires binary produces unit {
+          input x: tokens
+          meta pb: {total: band}
+          factor fit = band(x, pb.total ?? fallback) on reward > 0
+        }
+    """), backend="interpreter").s
+    out = s(np.ones(3), group_size=1, channels={"x": [30, 30, 30]},
+            metadata={"pb": [{"total": None}, {}, {"total": {"a": 1, "b": 2, "f": 0.25}}]})
+    # null: present but malformed -> 1; absent: the fallback band -> f = 0.5; given: f = 0.25
+    assert out.factors["fit"].tolist() == [1.0, 0.5, 0.25]
+
+
+def test_integer_band_arrays_are_accepted():
+    s = compile_str(src("""
+        shaper s() requires binary produces unit {
+          input x: tokens
+          meta pb: band
+          factor fit = band(x, pb) on reward > 0
+        }
+    """), backend="interpreter").s
+    out = s(np.ones(2), group_size=1, channels={"x": [15, 30]}, metadata={"pb": np.array([[10, 20, 0], [10, 20, 1]])})
+    assert out.factors["fit"].tolist() == [0.5, 1.0]

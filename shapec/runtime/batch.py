@@ -153,9 +153,10 @@ def _band_array(name: str, value: Any, G: int) -> np.ndarray:
         out[:, 3] = 0.0
         return out
     arr = np.asarray(value, dtype=object) if not isinstance(value, np.ndarray) else value
-    if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim == 2:
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.ndim == 2:
         if value.shape[0] != G or value.shape[1] not in (3, 4):
             raise BatchError(f"metadata[{name!r}]: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
+        value = value.astype(np.float64)
         out = np.empty((G, 4))
         out[:, :3] = value[:, :3]
         out[:, 3] = value[:, 3] if value.shape[1] == 4 else (~np.isnan(value[:, :3]).all(axis=1)).astype(float)
@@ -180,7 +181,9 @@ def _load_meta(batch: Batch, spec: MetaSpec, value: Any, G: int) -> None:
             else:
                 if len(rows) != G:
                     raise BatchError(f"metadata[{spec.name!r}]: expected {G} entries (one per group), got {len(rows)}")
-                col = [row.get(fname) if isinstance(row, Mapping) else None for row in rows]
+                # a band key that is present but null is a malformed band (no fallback), not an absent one
+                col = [({} if row[fname] is None and ftype == "band" else row[fname])
+                       if isinstance(row, Mapping) and fname in row else None for row in rows]
             _load_field(batch, path, ftype, col, G)
         return
     # list metadata: per group a record of equal-length lists, or {"offsets": ..., field: values}

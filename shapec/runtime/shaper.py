@@ -129,6 +129,7 @@ class CompiledShaper:
             list(ir.stages) if isinstance(ir, PipelineIR) else [(ir, {})]
         )
         self._state = {s.name: {n: v for n, v in s.states} for s, _ in self.stages}
+        self._warned: set[str] = set()
         self._kernels = None
         if backend == "numba":
             from ..compiler.lower import load_kernels
@@ -246,12 +247,12 @@ class CompiledShaper:
             return self._kernels[i].run(batch, params, state, training)
         return Interpreter(ir, batch, params, state).run(training)
 
-    @staticmethod
-    def _warn_non_binary(ir: ShaperIR, out: StageOutput) -> None:
-        if ir.requires != "binary" or "non_binary" not in ir.skip_reasons:
+    def _warn_non_binary(self, ir: ShaperIR, out: StageOutput) -> None:
+        """Warn once per stage of this shaper, not on every training step."""
+        if ir.requires != "binary" or ir.name in self._warned:
             return
-        code = ir.skip_reasons.index("non_binary")
-        count = int(np.sum(out.skip_codes == code))
+        count = int(np.sum(out.skip_codes == ir.skip_reasons.index("non_binary")))
         if count:
+            self._warned.add(ir.name)
             log.warning("shaper %r requires binary rewards: %d group(s) with graded, negative or "
                         "multi-component rewards were passed through unchanged", ir.name, count)
