@@ -81,9 +81,9 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
         table.add_column(name, justify="right")
     table.add_column("env reward", justify="right")
     for t in active_terms:
-        table.add_column(f"term {t}", justify="right")
+        table.add_column(f"term {t}", justify="right", overflow="fold")
     for f in active_factors:
-        table.add_column(f"factor {f}", justify="right")
+        table.add_column(f"factor {f}", justify="right", overflow="fold")
     table.add_column("reward", justify="right", style="bold")
     env = result.stages[0].reward_in[rows]
     final = result.rewards[rows]
