@@ -86,3 +86,13 @@ def test_syntax_error_exits_1_and_leaves_the_file(tmp_path):
     assert f"{path}:1:11: error[E101]" in proc.stderr
     assert path.read_text() == "shaper s( {\n}\n"
     assert cli("fmt", tmp_path / "missing.shape").returncode == 2
+
+
+def test_fmt_imports_no_backend_or_data_library(tmp_path):
+    (tmp_path / "s.shape").write_text(FORMATTED)
+    code = ("import sys, shapec.cli as c; rc = c.main(['fmt', '--check', sys.argv[1]]); "
+            "heavy = {'numba', 'pyarrow', 'rich', 'matplotlib'} & set(sys.modules); "
+            "assert not heavy, heavy; sys.exit(rc)")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s.shape")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
