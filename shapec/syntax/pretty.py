@@ -11,6 +11,7 @@ _BINARY_PREC = {
 }
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
 _WIDTH = 88
+_BODY_WIDTH = _WIDTH - 2  # statements sit two spaces into a shaper
 
 
 def _prec(e: A.Expr) -> int:
@@ -84,13 +85,69 @@ def _param(p: A.Param) -> str:
     return text
 
 
-def _clauses(on: A.Expr | None, when: A.Expr | None) -> str:
-    text = ""
-    if on is not None:
-        text += f" on {expr(on)}"
-    if when is not None:
-        text += f" when {expr(when)}"
-    return text
+def _chain(e: A.Expr):
+    """A left-associative chain at e's precedence: (precedence, operators, operands)."""
+    if not isinstance(e, A.Binary) or e.op in _COMPARE or e.op == "**":
+        return None
+    p = _BINARY_PREC[e.op]
+    ops, operands, node = [], [], e
+    while isinstance(node, A.Binary) and node.op not in _COMPARE and node.op != "**" and _BINARY_PREC[node.op] == p:
+        ops.append(node.op)
+        operands.append(node.right)
+        node = node.left
+    operands.append(node)
+    return p, ops[::-1], operands[::-1]
+
+
+def _pieces(e: A.Expr) -> tuple[str, list[str]] | None:
+    """Where a too-wide expression may break: its loosest chain of operators, or a chain of
+    conditionals (`a ? b : c ? d : e`). Returns the first piece and the continuation pieces."""
+    if isinstance(e, A.Cond):
+        first, rest, node = f"{expr(e.test, 2)} ? {expr(e.then, 1)}", [], e.orelse
+        while isinstance(node, A.Cond):
+            rest.append(f": {expr(node.test, 2)} ? {expr(node.then, 1)}")
+            node = node.orelse
+        return first, rest + [f": {expr(node, 1)}"]
+    chain = _chain(e)
+    if chain is None:
+        return None
+    p, ops, operands = chain
+    return expr(operands[0], p), [f"{op} {expr(x, p + 1)}" for op, x in zip(ops, operands[1:])]
+
+
+def _wrap(head: str, e: A.Expr, width: int, cont: str = "  ", tail: str = "") -> list[str]:
+    """`head + expr + tail`, broken before operators (or inside a one-argument call) when too wide."""
+    text = head + expr(e) + tail
+    if len(text) <= width:
+        return [text]
+    if isinstance(e, A.Call) and len(e.args) == 1 and e.args[0].where is None:
+        return _wrap(f"{head}{expr(e.func, 11)}(", e.args[0].value, width, cont, ")" + tail)
+    pieces = _pieces(e)
+    if pieces is None:
+        return [text]
+    first, rest = pieces
+    lines = [head + first]
+    for piece in rest:
+        if len(lines[-1]) + 1 + len(piece) <= width:
+            lines[-1] += " " + piece
+        else:
+            lines.append(cont + piece)
+    lines[-1] += tail
+    return lines
+
+
+def _applied(head: str, e: A.Expr, on: A.Expr | None, when: A.Expr | None, width: int) -> list[str]:
+    """A term, factor or clamp; `on` and `when` move to continuation lines when they do not fit."""
+    lines = _wrap(head, e, width)
+    for keyword, x in (("on", on), ("when", when)):
+        if x is None:
+            continue
+        clause = _wrap(f"{keyword} ", x, width - 2)
+        if len(clause) == 1 and len(lines[-1]) + 1 + len(clause[0]) <= width:
+            lines[-1] += " " + clause[0]
+        else:
+            lines += ["  " + line for line in clause]
+    return lines
 
 
 def _doc(doc: str, indent: str) -> list[str]:
@@ -165,32 +222,33 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
             fields = ", ".join(f"{f.name}: {f.type}" for f in mt.fields)
             return [f"meta {name}: list({fields})" if mt.kind == "list" else f"meta {name}: {{{fields}}}"]
         case A.Channel(name=name, expr=e):
-            return [f"channel {name} = {expr(e)}"]
+            return _wrap(f"channel {name} = ", e, _BODY_WIDTH)
         case A.Let(name=name, expr=e):
-            return [f"let {name} = {expr(e)}"]
+            return _wrap(f"let {name} = ", e, _BODY_WIDTH)
         case A.Gate(name=name, expr=e):
-            return [f"gate {name} = {expr(e)}"]
+            return _wrap(f"gate {name} = ", e, _BODY_WIDTH)
         case A.GateRules(name=name, rules=rules):
             lines = [f"gate {name} {{"]
             for r in rules:
-                when = "" if r.when is None else f" when {expr(r.when)}"
-                lines += _with_notes(lambda: [f"  {r.verdict} {r.reason}{when}"], r, notes, "  ")
+                rule = [f"{r.verdict} {r.reason}"] if r.when is None else _wrap(
+                    f"{r.verdict} {r.reason} when ", r.when, _BODY_WIDTH - 2)
+                lines += _with_notes(lambda: [f"  {line}" for line in rule], r, notes, "  ")
             return lines + (notes.before(s.span.end, "  ") if notes else []) + ["}"]
         case A.Skip(reason=reason, mode=mode, cond=cond):
-            return [f"skip {reason} {mode} {expr(cond)}"]
+            return _wrap(f"skip {reason} {mode} ", cond, _BODY_WIDTH)
         case A.Term(name=name, expr=e, on=on, when=when):
-            return [f"term {name} = {expr(e)}{_clauses(on, when)}"]
+            return _applied(f"term {name} = ", e, on, when, _BODY_WIDTH)
         case A.Factor(name=name, expr=e, on=on, when=when):
-            return [f"factor {name} = {expr(e)}{_clauses(on, when)}"]
+            return _applied(f"factor {name} = ", e, on, when, _BODY_WIDTH)
         case A.Clamp(lo=lo, on=on, when=when):
-            return [f"clamp >= {expr(lo)}{_clauses(on, when)}"]
+            return _applied("clamp >= ", lo, on, when, _BODY_WIDTH)
         case A.State(name=name, type=typ, init=init, update=update):
             return [f"state {name}: {typ} = {expr(init)} update {expr(update)}"]
         case A.Metric(name=name, expr=e):
             shown = name if name.isidentifier() else expr(A.String(name))
-            return [f"metric {shown} = {expr(e)}"]
+            return _wrap(f"metric {shown} = ", e, _BODY_WIDTH)
         case A.Result(expr=e):
-            return [f"result = {expr(e)}"]
+            return _wrap("result = ", e, _BODY_WIDTH)
     raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
 
 
@@ -227,7 +285,7 @@ def item(it: A.Item, notes: _Comments | None = None) -> list[str]:
             text = f'import "{target}"' if is_path else f"import {target}"
             return [text + (f" as {alias}" if alias else "")]
         case A.FnDef(name=name, params=params, body=body):
-            return [f"fn {name}({', '.join(params)}) = {expr(body)}"]
+            return _wrap(f"fn {name}({', '.join(params)}) = ", body, _WIDTH)
         case A.Shaper():
             return _shaper(it, notes)
         case A.Pipeline(name=name, stages=stages):
@@ -235,7 +293,13 @@ def item(it: A.Item, notes: _Comments | None = None) -> list[str]:
             for st in stages:
                 args = "" if st.args is None else "(" + ", ".join(f"{a.name}={expr(a.value)}" for a in st.args) + ")"
                 parts.append(st.ref + args)
-            return [f"pipeline {name} = {' >> '.join(parts)}"]
+            lines = [f"pipeline {name} = {parts[0]}"]
+            for part in parts[1:]:
+                if len(lines[-1]) + 4 + len(part) <= _WIDTH:
+                    lines[-1] += f" >> {part}"
+                else:
+                    lines.append(f"  >> {part}")
+            return lines
     raise TypeError(f"pretty: unknown item node {type(it).__name__}")
 
 
