@@ -572,11 +572,12 @@ class StageLowering:
 
         level is "group" inside a group loop, "batch" outside it.
         """
-        for child in node.args:
-            self.hoist(child, scope, level)
         key = node.key()
         if key in scope.names:
             return
+        if node.op != "breduce":  # a batch reduction hoists its operands inside its own group loop
+            for child in node.args:
+                self.hoist(child, scope, level)
         if node.op == "reduce":
             self.emit_reduce(node, scope)
         elif node.op == "breduce":
