@@ -51,6 +51,28 @@ def cmd_check(args) -> int:
     return 1 if diags else 0
 
 
+def cmd_compile(args) -> int:
+    """Print the generated kernel module of one shaper or pipeline (or of each, without --shaper)."""
+    from .api import compile_file
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise UsageError(f"{args.file}: no such file")
+    module = compile_file(path, backend="interpreter")  # checked IR only; lowering imports numba lazily
+    names = module.names()
+    if args.shaper is not None and args.shaper not in names:
+        import difflib
+
+        close = difflib.get_close_matches(args.shaper, names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise UsageError(f"{path} has no shaper or pipeline {args.shaper!r}{hint}")
+    from .compiler.lower import emit_python
+
+    for name in [args.shaper] if args.shaper else names:
+        sys.stdout.write(emit_python(module.ir(name)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="shapec", description="Reward-shaping specs: check, compile, run.")
     parser.add_argument("--version", action="version", version=f"shapec {__version__}")
@@ -61,6 +83,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing when every file is valid")
     p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("compile", help="print the generated numba kernel module of a shaper or pipeline")
+    p.add_argument("file", help="a .shape file")
+    p.add_argument("--shaper", metavar="NAME", help="one shaper or pipeline (default: every one in the file)")
+    p.add_argument("--emit", choices=("python",), default="python", help="what to print (default: python)")
+    p.set_defaults(func=cmd_compile)
 
     from .tools.commands import add_commands
 

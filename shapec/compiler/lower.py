@@ -741,7 +741,8 @@ class StageLowering:
                     head(f"width = max(width, {off}[g + 1] - {off}[g])")
             head("buf = np.empty(width)")
             head("ibuf = np.zeros(width, np.int64)")
-            head("bbuf = np.empty(n)")
+            if any(n.op == "breduce" for node in _steps_nodes(ir) for n in _walk(node)):
+                head("bbuf = np.empty(n)")
             head("tot = np.zeros(n)")
             head("run = np.zeros(n)")
             for k, (name, _) in enumerate(ir.states):
@@ -841,13 +842,14 @@ class StageLowering:
         return tuple(self.ex(n, "rollout", scope) if n is not None else None for n in exprs)
 
     def applies(self, step: Step, scope: Scope) -> str:
+        """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none)."""
         parts = []
         if step.on is not None:
             on = self.ex(step.on, "rollout", scope)
             parts.append(f"float(i - s) == {on}" if step.on.ty.kind == "index" else f"{on} == 1.0")
         if step.when is not None:
             parts.append(f"{self.ex(step.when, 'rollout', scope)} == 1.0")
-        return " and ".join(f"({p})" for p in parts) if parts else "True"
+        return "".join(f"({p}) and " for p in parts)
 
     def step_let(self, step: Step, scope: Scope) -> None:
         o = self.out
@@ -902,7 +904,7 @@ class StageLowering:
         o("for i in range(s, e):")
         with o.indented():
             o(f"x = {value}")
-            o(f"if {self.applies(step, scope)} and not isnan(x):")
+            o(f"if {self.applies(step, scope)}not isnan(x):")
             with o.indented():
                 o(f"terms[{k}, i] = x")
             o("else:")
@@ -923,7 +925,7 @@ class StageLowering:
         with o.indented():
             self.start_running()
             o(f"lo = {lo}")
-            o(f"if {self.applies(step, scope)} and not isnan(lo) and run[i] < lo:")
+            o(f"if {self.applies(step, scope)}not isnan(lo) and run[i] < lo:")
             with o.indented():
                 o("run[i] = lo")
         self.first_running = False
@@ -936,7 +938,7 @@ class StageLowering:
         with o.indented():
             self.start_running()
             o(f"m = {m}")
-            o(f"if {self.applies(step, scope)} and not isnan(m) and run[i] > 0.0:")
+            o(f"if {self.applies(step, scope)}not isnan(m) and run[i] > 0.0:")
             with o.indented():
                 o(f"factors[{k}, i] = m")
                 o("run[i] = run[i] * m")
