@@ -11,36 +11,14 @@ import sys
 from pathlib import Path
 
 from . import __version__
-
-
-class UsageError(Exception):
-    """Bad arguments or unreadable files: exit status 2."""
-
-
-def _shape_files(paths: list[str]) -> list[Path]:
-    files: list[Path] = []
-    for p in paths:
-        path = Path(p)
-        if path.is_dir():
-            files.extend(sorted(path.rglob("*.shape")))
-        elif path.is_file():
-            files.append(path)
-        else:
-            raise UsageError(f"{p}: no such file or directory")
-    return files
+from .tools.commands import UsageError, add_commands, shape_files
 
 
 def cmd_check(args) -> int:
     from .api import check_file
 
-    files = _shape_files(args.paths)
-    diags = []
-    for f in files:
-        try:
-            f.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise UsageError(f"{f}: cannot read ({err})") from None
-        diags.extend(check_file(f))
+    files = shape_files(args.paths)
+    diags = [d for f in files for d in check_file(f)]
     if args.format == "json":
         print(json.dumps([d.to_json() for d in diags], indent=2))
     else:
@@ -90,8 +68,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emit", choices=("python",), default="python", help="what to print (default: python)")
     p.set_defaults(func=cmd_compile)
 
-    from .tools.commands import add_commands
-
     add_commands(sub)
     return parser
 
@@ -103,12 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help/--version
         return int(exc.code or 0)
     from .syntax.source import ShapeError
-    from .tools.commands import UsageError as ToolUsageError
     from .tools.spec import ToolError
 
     try:
         return args.func(args)
-    except (UsageError, ToolUsageError) as err:
+    except UsageError as err:
         print(f"shapec: error: {err}", file=sys.stderr)
         return 2
     except ToolError as err:

@@ -73,6 +73,7 @@ def add_commands(sub) -> None:
 
 
 def shape_files(paths: list[str]) -> list[Path]:
+    """The .shape files named or found under directories; a missing or unreadable one is a usage error."""
     files: list[Path] = []
     for p in paths:
         path = Path(p)
@@ -82,19 +83,18 @@ def shape_files(paths: list[str]) -> list[Path]:
             files.append(path)
         else:
             raise UsageError(f"{p}: no such file or directory")
+    for f in files:
+        try:
+            f.read_text()
+        except (OSError, UnicodeDecodeError) as err:
+            raise UsageError(f"{f}: cannot read ({err})") from None
     return files
 
 
 def cmd_fmt(args) -> int:
     from .fmt import format_files
 
-    files = shape_files(args.paths)
-    for f in files:
-        try:
-            f.read_text()
-        except (OSError, UnicodeDecodeError) as err:
-            raise UsageError(f"{f}: cannot read ({err})") from None
-    return format_files(files, args.check, sys.stdout, sys.stderr)
+    return format_files(shape_files(args.paths), args.check, sys.stdout, sys.stderr)
 
 
 def _need_file(path: str | None, what: str) -> Path | None:
