@@ -190,6 +190,22 @@ def k_seq_sum(buf, k):
 
 
 @njit(error_model="numpy", cache=True)
+def k_sort(buf, k):
+    """Sort buf[:k] in place: insertion sort for a group-sized selection, numpy's sort beyond."""
+    if k > 32:
+        s = buf[:k]
+        s.sort()
+        return
+    for t in range(1, k):
+        v = buf[t]
+        u = t - 1
+        while u >= 0 and buf[u] > v:
+            buf[u + 1] = buf[u]
+            u -= 1
+        buf[u + 1] = v
+
+
+@njit(error_model="numpy", cache=True)
 def k_sorted_median(buf, k):
     mid = k // 2
     if k % 2:
@@ -283,22 +299,20 @@ def red_argmax(buf, ibuf, k, extra):
 def red_median(buf, ibuf, k, extra):
     if not k_usable(buf, k):
         return nan
-    s = buf[:k]
-    s.sort()
-    return k_sorted_median(s, k)
+    k_sort(buf, k)
+    return k_sorted_median(buf, k)
 
 
 @njit(error_model="numpy", cache=True)
 def red_mad(buf, ibuf, k, extra):
     if not k_usable(buf, k):
         return nan
-    s = buf[:k]
-    s.sort()
-    med = k_sorted_median(s, k)
+    k_sort(buf, k)
+    med = k_sorted_median(buf, k)
     for t in range(k):
-        s[t] = abs(s[t] - med)
-    s.sort()
-    return k_sorted_median(s, k)
+        buf[t] = abs(buf[t] - med)
+    k_sort(buf, k)
+    return k_sorted_median(buf, k)
 
 
 @njit(error_model="numpy", cache=True)
@@ -321,8 +335,8 @@ def red_quantile(buf, ibuf, k, q):
         return nan
     if isnan(q) or q < 0.0 or q > 1.0:
         return nan
-    s = buf[:k]
-    s.sort()
+    k_sort(buf, k)
+    s = buf
     pos = q * (k - 1)
     lo = int(np.floor(pos))
     hi = min(lo + 1, k - 1)
@@ -335,9 +349,8 @@ def red_nth_largest(buf, ibuf, k, i):
         return nan
     if isnan(i) or i < 0.0 or i >= k:
         return nan
-    s = buf[:k]
-    s.sort()
-    return s[k - 1 - int(i)]
+    k_sort(buf, k)
+    return buf[k - 1 - int(i)]
 '''
 
 CMP_CODES = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
@@ -445,6 +458,11 @@ class StageLowering:
             a.append(Arg(f"p_{ps.name}", "param", ps.name,
                          "nt.float64[:, ::1]" if ps.kind == "band" else "nt.float64[::1]"))
         a.append(Arg("state_in", "state"))
+        # outputs, allocated by numpy (whose large arrays get transparent huge pages) and filled here
+        a += [Arg("out", "out"), Arg("terms", "out_terms", numba_type="nt.float64[:, ::1]"),
+              Arg("factors", "out_factors", numba_type="nt.float64[:, ::1]"),
+              Arg("skip", "out_skip", numba_type="nt.int64[::1]"),
+              Arg("gates", "out_gates", numba_type="nt.int64[:, ::1]"), Arg("metrics", "out_metrics")]
 
     def signature(self) -> str:
         return "(" + ", ".join(a.numba_type for a in self.args) + ",)"
@@ -454,19 +472,19 @@ class StageLowering:
         self.counter += 1
         return f"{stem}{self.counter}"
 
-    def storage(self, node: Node) -> str:
-        """Where a let/gate value of this type lives."""
+    def storage(self, node: Node, name: str) -> str:
+        """Where a let/gate value lives: per rollout values only metrics read stay in group scratch."""
         ty = node.ty
         if ty.items:
             return f"item:{ty.items}"
         if ty.level == ROLLOUT:
-            return "rollout"
+            return "rollout" if name in self.metric_vars else "local"
         if ty.level in (PARAM, GROUP):
             return "group"
         return "scalar"
 
     def alloc(self, storage: str, name: str) -> None:
-        size = {"rollout": "n", "group": "G"}.get(storage)
+        size = {"rollout": "n", "group": "G", "local": "width"}.get(storage)
         if size is None and storage.startswith("item:"):
             size = f"nitems_{storage[5:]}"
         if size is not None:
@@ -487,6 +505,8 @@ class StageLowering:
             return f"{kind}s[{k}, i]"
         if storage == "rollout":
             return f"{name}[i]"
+        if storage == "local":
+            return f"{name}[i - s]"
         return f"{name}[j]"
 
     def need_g(self, ctx: str) -> None:
@@ -627,34 +647,31 @@ class StageLowering:
         o("k = 0")
         o(header)
         with o.indented():
-            unmasked = mask.op == "const" and mask.attr == 1.0
-            if not unmasked:
-                o(f"if {self.ex(mask, ctx, scope)} == 1.0:")
-                o.depth += 1
+            # branch-free selection: write every value, advance past the selected ones only
             o(f"buf[k] = {self.ex(arg, ctx, scope)}")
             if op in ("argmin", "argmax"):
                 o(f"ibuf[k] = {local}")
-            o("k += 1")
-            if not unmasked:
-                o.depth -= 1
+            unmasked = mask.op == "const" and mask.attr == 1.0
+            o("k += 1" if unmasked else f"k += {self.ex(mask, ctx, scope)} == 1.0")
         if op in ROLLOUT_VALUED:
-            storage = f"item:{over}" if over else "rollout"
+            storage = f"item:{over}" if over else ("rollout" if node.key() in self.stored else "local")
             self.alloc(storage, name)
+            target = self.read(storage, name, ctx)
             value = self.ex(arg, ctx, scope)
             if op == "minmax":
                 o(f"lo_ = red_min(buf, ibuf, k, 0.0)")
                 o(f"hi_ = red_max(buf, ibuf, k, 0.0)")
                 o(header)
                 with o.indented():
-                    o(f"{name}[{var}] = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
+                    o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
             else:
                 o(f"mean_ = red_mean(buf, ibuf, k, 0.0)")
                 o(header)
                 with o.indented():
-                    o(f"{name}[{var}] = nan if isnan(mean_) else {value} - mean_")
-            scope.names[node.key()] = f"{name}[{var}]"
+                    o(f"{target} = nan if isnan(mean_) else {value} - mean_")
+            scope.names[node.key()] = target
             if node.key() in self.stored:
-                self.stored[node.key()] = f"{name}[{var}]"
+                self.stored[node.key()] = target
             return
         extra = self.ex(extras[0], "group", scope) if extras else "0.0"
         if node.key() in self.stored:
@@ -693,6 +710,7 @@ class StageLowering:
         ir, o = self.ir, self.out
         self.in_metrics = False
         metric_keys = {n.key() for _, m in ir.metrics for n in _walk(m) if n.op == "reduce"}
+        self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in _walk(m) if n.op == "ref" and n.attr[0] == "var"}
         self.stored: dict[tuple, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
         for k, t in enumerate(ir.terms):
@@ -707,7 +725,7 @@ class StageLowering:
         self.lower_batch_steps(batch)
         self.lower_groups()
         self.lower_metrics(batch)
-        o("return out, terms, factors, skip, gates, metrics, state_out, bad_i, bad_g")
+        o("return state_out, bad_i, bad_g")
 
         head = Emitter()
         head(f"@njit(SIG_{self.fname}, cache=True, error_model=\"numpy\")")
@@ -717,16 +735,11 @@ class StageLowering:
                 head(", ".join(a.name for a in self.args[k:k + 6]) + ",")
         head("):")
         with head.indented():
-            head(f'"""Shaper {ir.name!r}: {len(ir.terms)} terms, {len(ir.factors)} factors, '
-                 f'{len(ir.gate_reasons)} recorded gates."""')
+            head(f'"""Shaper {ir.name!r}: fills out (n), terms ({len(ir.terms)}, n), factors ({len(ir.factors)}, n), '
+                 f'skip (G), gates ({len(ir.gate_reasons)}, G) and metrics ({len(ir.metrics)}); returns the new '
+                 'state and the first non-finite reward (rollout, group) or -1."""')
             head("n = rewards.shape[0]")
             head("G = offsets.shape[0] - 1")
-            head("out = rewards.copy()")
-            head(f"terms = np.zeros(({len(ir.terms)}, n))")
-            head(f"factors = np.ones(({len(ir.factors)}, n))")
-            head("skip = np.zeros(G, np.int64)")
-            head(f"gates = np.full(({len(ir.gate_reasons)}, G), -1, np.int64)")
-            head(f"metrics = np.full({len(ir.metrics)}, nan)")
             head("state_out = state_in.copy()")
             head("bad_i = -1")
             head("bad_g = -1")
@@ -743,8 +756,8 @@ class StageLowering:
             head("ibuf = np.zeros(width, np.int64)")
             if any(n.op == "breduce" for node in _steps_nodes(ir) for n in _walk(node)):
                 head("bbuf = np.empty(n)")
-            head("tot = np.zeros(n)")
-            head("run = np.zeros(n)")
+            head("tot = np.zeros(width)  # the group's term sums")
+            head("run = np.zeros(width)  # the group's running rewards")
             for k, (name, _) in enumerate(ir.states):
                 head(f"st_{name} = state_in[{k}]")
             for line in self.arrays:
@@ -752,21 +765,30 @@ class StageLowering:
         return head.text() + body.text()
 
     def lower_channels(self, batch: Scope) -> None:
+        """Channels for the whole batch up front when batch statements or metrics read them."""
         o = self.out
-        if not self.ir.channels:
+        names = {name for name, _ in self.ir.channels}
+        outside = [*(s.expr for s in self.ir.batch_steps), *(m for _, m in self.ir.metrics)]
+        self.global_channels = any(n.op == "ref" and n.attr[0] == "var" and n.attr[1] in names
+                                   for node in outside for n in _walk(node))
+        if not self.ir.channels or not self.global_channels:
             return
         o("# channels")
-        for name, _ in self.ir.channels:
-            self.vars[name] = "rollout"
-            self.alloc("rollout", f"v_{name}")
         o("for g in range(G):")
         with o.indented():
             o("s = offsets[g]")
             o("e = offsets[g + 1]")
-            o("for i in range(s, e):")
-            with o.indented():
-                for name, node in self.ir.channels:
-                    o(f"v_{name}[i] = {self.ex(node, 'rollout', Scope())}")
+            self.group_channels("rollout")
+
+    def group_channels(self, storage: str) -> None:
+        o = self.out
+        for name, _ in self.ir.channels:
+            self.vars[name] = storage
+            self.alloc(storage, f"v_{name}")
+        o("for i in range(s, e):")
+        with o.indented():
+            for name, node in self.ir.channels:
+                o(f"{self.read(storage, f'v_{name}', 'rollout')} = {self.ex(node, 'rollout', Scope())}")
 
     def lower_batch_steps(self, batch: Scope) -> None:
         o = self.out
@@ -795,6 +817,9 @@ class StageLowering:
             o("s = offsets[g]")
             o("e = offsets[g + 1]")
             scope = Scope()
+            if self.ir.channels and not self.global_channels:
+                o("# channels")
+                self.group_channels("local")
             self.lower_skips(scope)
             for step in ir.batch_steps:
                 if step.kind == "gate" and step.name in self.gate_index:
@@ -855,16 +880,16 @@ class StageLowering:
         o = self.out
         if step.name in self.vars:  # a constant, computed before the group loop
             return
-        storage = self.storage(step.expr)
+        storage = self.storage(step.expr, step.name)
         self.vars[step.name] = storage
         self.alloc(storage, f"v_{step.name}")
         self.hoist(step.expr, scope, "group")
         if storage == "group":
             o(f"v_{step.name}[g] = {self.ex(step.expr, 'group', scope)}")
-        elif storage == "rollout":
+        elif storage in ("rollout", "local"):
             o("for i in range(s, e):")
             with o.indented():
-                o(f"v_{step.name}[i] = {self.ex(step.expr, 'rollout', scope)}")
+                o(f"{self.read(storage, f'v_{step.name}', 'rollout')} = {self.ex(step.expr, 'rollout', scope)}")
         else:
             header, _, ctx, _ = self.select_loop(storage[5:])
             o(header)
@@ -904,19 +929,14 @@ class StageLowering:
         o("for i in range(s, e):")
         with o.indented():
             o(f"x = {value}")
-            o(f"if {self.applies(step, scope)}not isnan(x):")
-            with o.indented():
-                o(f"terms[{k}, i] = x")
-            o("else:")
-            with o.indented():
-                o(f"terms[{k}, i] = 0.0")
-            o(f"tot[i] = {'tot[i] + ' if self.has_terms else ''}terms[{k}, i]")
+            o(f"terms[{k}, i] = x if {self.applies(step, scope)}not isnan(x) else 0.0")
+            o(f"tot[i - s] = {'tot[i - s] + ' if self.has_terms else ''}terms[{k}, i]")
         self.has_terms = True
 
     def start_running(self) -> None:
         """The running reward: the input reward plus the term sum, from the first clamp or factor on."""
         if self.first_running:
-            self.out(f"run[i] = rewards[i]{' + tot[i]' if self.has_terms else ''}")
+            self.out(f"run[i - s] = rewards[i]{' + tot[i - s]' if self.has_terms else ''}")
 
     def step_clamp(self, step: Step, scope: Scope) -> None:
         o = self.out
@@ -925,9 +945,7 @@ class StageLowering:
         with o.indented():
             self.start_running()
             o(f"lo = {lo}")
-            o(f"if {self.applies(step, scope)}not isnan(lo) and run[i] < lo:")
-            with o.indented():
-                o("run[i] = lo")
+            o(f"run[i - s] = lo if {self.applies(step, scope)}not isnan(lo) and run[i - s] < lo else run[i - s]")
         self.first_running = False
 
     def step_factor(self, step: Step, scope: Scope) -> None:
@@ -938,13 +956,9 @@ class StageLowering:
         with o.indented():
             self.start_running()
             o(f"m = {m}")
-            o(f"if {self.applies(step, scope)}not isnan(m) and run[i] > 0.0:")
-            with o.indented():
-                o(f"factors[{k}, i] = m")
-                o("run[i] = run[i] * m")
-            o("else:")
-            with o.indented():
-                o(f"factors[{k}, i] = 1.0")
+            o(f"applied = {self.applies(step, scope)}not isnan(m) and run[i - s] > 0.0")
+            o(f"factors[{k}, i] = m if applied else 1.0")
+            o("run[i - s] = run[i - s] * m if applied else run[i - s]")
         self.first_running = False
 
     def finish_group(self, scope: Scope) -> None:
@@ -954,9 +968,9 @@ class StageLowering:
             self.hoist(ir.result, scope, "group")
             final = self.ex(ir.result, "rollout", scope)
         elif not self.first_running:
-            final = "run[i]"
+            final = "run[i - s]"
         else:
-            final = "rewards[i] + tot[i]" if self.has_terms else "rewards[i]"
+            final = "rewards[i] + tot[i - s]" if self.has_terms else "rewards[i]"
         o("if code == 0:")
         with o.indented():
             o("for i in range(s, e):")
@@ -1102,8 +1116,14 @@ class Kernel:
             return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms},
                                {f: np.ones(n) for f in ir.factors}, skip,
                                {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
-        values = [self.value(a, batch, params, state) for a in self.args]
-        out, terms, factors, skip, gates, metrics, state_out, bad_i, bad_g = self.fn(*values)
+        out, terms, factors = np.empty(n), np.empty((len(ir.terms), n)), np.empty((len(ir.factors), n))
+        skip, gates = np.empty(G, dtype=np.int64), np.empty((len(ir.gate_reasons), G), dtype=np.int64)
+        metrics = np.empty(len(ir.metrics))
+        outputs = {"out": out, "out_terms": terms, "out_factors": factors, "out_skip": skip, "out_gates": gates,
+                   "out_metrics": metrics}
+        values = [outputs[a.source] if a.source in outputs else self.value(a, batch, params, state)
+                  for a in self.args]
+        state_out, bad_i, bad_g = self.fn(*values)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
