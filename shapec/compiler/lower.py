@@ -1020,14 +1020,29 @@ def _lower_all(ir: ShaperIR | PipelineIR) -> tuple[str, list[StageLowering]]:
     o("import numpy as np")
     o("from math import inf, isnan, nan")
     o("from numba import njit, types as nt")
-    text = o.text() + HELPERS
+    kernels = ""
     stages = []
     for shaper, fname in _stage_names(ir):
         low = StageLowering(shaper, fname)
         code = low.lower()
-        text += f"\n\nSIG_{fname} = {low.signature()}\n\n\n" + code
+        kernels += f"\n\nSIG_{fname} = {low.signature()}\n\n\n" + code
         stages.append(low)
-    return text, stages
+    return o.text() + _used_helpers(kernels) + kernels, stages
+
+
+def _used_helpers(code: str) -> str:
+    """The helpers the kernels call, with the helpers those call (fewer dispatchers to load)."""
+    blocks = [b for b in HELPERS.split("\n\n\n") if b.strip()]
+    named = {b.split("def ", 1)[1].split("(", 1)[0]: b for b in blocks}
+    wanted: set[str] = set()
+    todo = [code]
+    while todo:
+        text = todo.pop()
+        for name, block in named.items():
+            if name not in wanted and f"{name}(" in text:
+                wanted.add(name)
+                todo.append(block.split("def ", 1)[1].split(":", 1)[1])
+    return "\n\n\n".join(b for n, b in named.items() if n in wanted) + "\n"
 
 
 def emit_python(ir: ShaperIR | PipelineIR) -> str:
@@ -1106,6 +1121,9 @@ class Kernel:
     fn: object
     args: tuple[Arg, ...]
 
+    def __post_init__(self):
+        self.sizes = (len(self.ir.terms), len(self.ir.factors), len(self.ir.gate_reasons), len(self.ir.metrics))
+
     def run(self, batch, params: dict[str, np.ndarray], state: dict[str, float], training: bool):
         from ..runtime.interp import StageOutput
 
@@ -1116,14 +1134,12 @@ class Kernel:
             return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms},
                                {f: np.ones(n) for f in ir.factors}, skip,
                                {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
-        out, terms, factors = np.empty(n), np.empty((len(ir.terms), n)), np.empty((len(ir.factors), n))
-        skip, gates = np.empty(G, dtype=np.int64), np.empty((len(ir.gate_reasons), G), dtype=np.int64)
-        metrics = np.empty(len(ir.metrics))
-        outputs = {"out": out, "out_terms": terms, "out_factors": factors, "out_skip": skip, "out_gates": gates,
-                   "out_metrics": metrics}
-        values = [outputs[a.source] if a.source in outputs else self.value(a, batch, params, state)
-                  for a in self.args]
-        state_out, bad_i, bad_g = self.fn(*values)
+        T, F, NG, M = self.sizes
+        out, terms, factors = np.empty(n), np.empty((T, n)), np.empty((F, n))
+        skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
+        metrics = np.empty(M)
+        values = [self.value(a, batch, params, state) for a in self.args[:-6]]
+        state_out, bad_i, bad_g = self.fn(*values, out, terms, factors, skip, gates, metrics)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
@@ -1166,6 +1182,8 @@ _EMPTY = np.zeros(0)
 
 
 def _f64(x) -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype == np.float64 and x.flags.c_contiguous:
+        return x
     return np.ascontiguousarray(x, dtype=np.float64)
 
 
