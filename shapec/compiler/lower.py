@@ -1122,7 +1122,9 @@ class Kernel:
     args: tuple[Arg, ...]
 
     def __post_init__(self):
-        self.sizes = (len(self.ir.terms), len(self.ir.factors), len(self.ir.gate_reasons), len(self.ir.metrics))
+        ir = self.ir
+        self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
+        self.getters = [_getter(a, tuple(s for s, _ in ir.states)) for a in self.args if not a.source.startswith("out")]
 
     def run(self, batch, params: dict[str, np.ndarray], state: dict[str, float], training: bool):
         from ..runtime.interp import StageOutput
@@ -1138,53 +1140,53 @@ class Kernel:
         out, terms, factors = np.empty(n), np.empty((T, n)), np.empty((F, n))
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
-        values = [self.value(a, batch, params, state) for a in self.args[:-6]]
+        values = [get(batch, params, state) for get in self.getters]
         state_out, bad_i, bad_g = self.fn(*values, out, terms, factors, skip, gates, metrics)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
                 "guard the division or reduction that can be undefined")
         return StageOutput(
-            out, {t: terms[k] for k, t in enumerate(ir.terms)}, {f: factors[k] for k, f in enumerate(ir.factors)},
-            skip, {g: gates[k] for k, g in enumerate(ir.gate_reasons)},
-            {m: float(metrics[k]) for k, (m, _) in enumerate(ir.metrics)},
-            {s: float(state_out[k]) for k, (s, _) in enumerate(ir.states)})
+            out, dict(zip(ir.terms, terms)), dict(zip(ir.factors, factors)), skip,
+            dict(zip(ir.gate_reasons, gates)), {m: float(v) for (m, _), v in zip(ir.metrics, metrics)},
+            {s: float(v) for (s, _), v in zip(ir.states, state_out)})
 
-    def value(self, a: Arg, batch, params, state):
-        src = a.source
-        if src == "rewards":
-            return _f64(batch.rewards)
-        if src == "env_rewards":
-            return _f64(batch.env_rewards if batch.env_rewards is not None else batch.rewards)
-        if src == "offsets":
-            return np.ascontiguousarray(batch.offsets, dtype=np.int64)
-        if src == "components":
-            return _f64(batch.components) if batch.components is not None else _EMPTY
-        if src == "use_components":
-            return batch.components is not None
-        if src == "input":
-            return _f64(batch.inputs[a.key])
-        if src == "meta":
-            return _f64(batch.metas[a.key])
-        if src == "band":
-            return _f64(batch.bands[a.key])
-        if src == "list_offsets":
-            return np.ascontiguousarray(batch.lists[a.key][0], dtype=np.int64)
-        if src == "list_field":
-            lst, fld = a.key
-            return _f64(batch.lists[lst][1][fld])
-        if src == "param":
-            return _f64(params[a.key])
-        return np.array([float(state[s]) for s, _ in self.ir.states], dtype=np.float64)
+
+def _getter(a: Arg, states: tuple[str, ...]):
+    """A function (batch, params, state) -> this argument's array, contiguous and of its dtype."""
+    key = a.key
+    return {
+        "rewards": lambda b, p, s: _f64(b.rewards),
+        "env_rewards": lambda b, p, s: _f64(b.env_rewards if b.env_rewards is not None else b.rewards),
+        "offsets": lambda b, p, s: _i64(b.offsets),
+        "components": lambda b, p, s: _f64(b.components) if b.components is not None else _EMPTY,
+        "use_components": lambda b, p, s: b.components is not None,
+        "input": lambda b, p, s: _f64(b.inputs[key]),
+        "meta": lambda b, p, s: _f64(b.metas[key]),
+        "band": lambda b, p, s: _f64(b.bands[key]),
+        "list_offsets": lambda b, p, s: _i64(b.lists[key][0]),
+        "list_field": lambda b, p, s: _f64(b.lists[key[0]][1][key[1]]),
+        "param": lambda b, p, s: _f64(p[key]),
+        "state": lambda b, p, s: np.array([float(s[name]) for name in states], dtype=np.float64),
+    }[a.source]
 
 
 _EMPTY = np.zeros(0)
 
 
 def _f64(x) -> np.ndarray:
-    if type(x) is np.ndarray and x.dtype == np.float64 and x.flags.c_contiguous:
+    if type(x) is np.ndarray and x.dtype == _F64 and x.flags.c_contiguous:
         return x
     return np.ascontiguousarray(x, dtype=np.float64)
+
+
+def _i64(x) -> np.ndarray:
+    if type(x) is np.ndarray and x.dtype == _I64 and x.flags.c_contiguous:
+        return x
+    return np.ascontiguousarray(x, dtype=np.int64)
+
+
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
 
 
 def load_kernels(ir: ShaperIR | PipelineIR) -> list[Kernel]:

@@ -95,9 +95,9 @@ def make_batch(
 ) -> Batch:
     """Validate and convert user arrays into a Batch for the given inputs and metadata."""
     r = _numeric("rewards", rewards, None)
-    if np.isnan(r).any():
-        raise BatchError(f"rewards: NaN at index {_first_bad(np.isnan(r))}; rewards must be numbers")
-    if np.isinf(r).any():
+    if not np.isfinite(r).all():  # one scan on the common path; the messages below say which
+        if np.isnan(r).any():
+            raise BatchError(f"rewards: NaN at index {_first_bad(np.isnan(r))}; rewards must be numbers")
         raise BatchError(f"rewards: infinite at index {_first_bad(np.isinf(r))}")
     n = len(r)
     off = make_offsets(n, group_size, offsets)
@@ -110,9 +110,10 @@ def make_batch(
         if name not in channels:
             raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout)")
         arr = _numeric(f"channels[{name!r}]", channels[name], n)
-        if np.isnan(arr).any():
+        suspect = not (arr >= 0).all() if typ in UNITS else np.isnan(arr).any()  # one scan when all is well
+        if suspect and np.isnan(arr).any():
             raise BatchError(f"channels[{name!r}]: NaN at index {_first_bad(np.isnan(arr))}")
-        if typ in UNITS and (arr < 0).any():
+        if suspect and typ in UNITS:
             raise BatchError(f"channels[{name!r}]: negative length at index {_first_bad(arr < 0)}; "
                              f"{typ} must be >= 0")
         if typ == "bool":
