@@ -330,3 +330,15 @@ def test_integer_band_arrays_are_accepted():
     """), backend="interpreter").s
     out = s(np.ones(2), group_size=1, channels={"x": [15, 30]}, metadata={"pb": np.array([[10, 20, 0], [10, 20, 1]])})
     assert out.factors["fit"].tolist() == [0.5, 1.0]
+
+
+def test_band_fields_of_literals_and_scalar_band_metadata():
+    s = compile_str(src("""
+        shaper s() produces real {
+          input x: tokens
+          meta pb: band
+          term t = clip({1, 3, 0.5}.b, 0, 5) + (pb.a ?? 0)
+        }
+    """), backend="interpreter").s
+    out = s(np.zeros(2), group_size=1, channels={"x": [1, 2]}, metadata={"pb": [{"a": 7, "b": 9, "f": 1}, None]})
+    assert out.terms["t"].tolist() == [10.0, 3.0]

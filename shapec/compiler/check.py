@@ -849,6 +849,8 @@ class ShaperChecker:
         if isinstance(e.obj, A.Name) and e.obj.id in self.env and self.env[e.obj.id].kind == "meta":
             spec: MetaSpec = self.env[e.obj.id].node.attr
             fields = dict(spec.fields)
+            if spec.kind == "scalar" and spec.type == "band":
+                return self.band_field(self.meta_value(spec.name, "band", e.obj.span), e)
             if spec.kind == "scalar" or e.attr not in fields:
                 return self.error("E208", f"{spec.name!r} has no field {e.attr!r}{_suggest(e.attr, fields)}", e.span)
             path = f"{spec.name}.{e.attr}"
@@ -864,11 +866,14 @@ class ShaperChecker:
         if obj.ty is POISON:
             return obj
         if obj.ty.kind == "band":
-            if e.attr not in ("a", "b", "f"):
-                return self.error("E208", f"a band has fields a, b and f, not {e.attr!r}", e.span)
-            return Node("bandfield", (obj,), Type(NUM, obj.ty.level, "lit", maybe_missing=obj.ty.maybe_missing),
-                        e.attr, e.span)
+            return self.band_field(obj, e)
         return self.error("E208", f"a {obj.ty.kind} has no field {e.attr!r}", e.span)
+
+    def band_field(self, band: Node, e: A.GetAttr) -> Node:
+        if e.attr not in ("a", "b", "f"):
+            return self.error("E208", f"a band has fields a, b and f, not {e.attr!r}", e.span)
+        return Node("bandfield", (band,), Type(NUM, band.ty.level, "lit", maybe_missing=band.ty.maybe_missing),
+                    e.attr, e.span)
 
     def binary(self, e: A.Binary) -> Node:
         op = e.op

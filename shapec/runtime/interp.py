@@ -264,6 +264,8 @@ class Interpreter:
         else:
             raise AssertionError(f"interpreter: unknown band node {op}")
         shape = self.shape_of(dst)
+        if shape is None:  # a constant or batch-level band: every group holds the same row
+            return rows[0] if len(rows) else np.array([NAN, NAN, NAN, 0.0])
         if shape == "rollout":
             return rows[self.gidx]
         if shape not in (None, "group"):
