@@ -102,7 +102,7 @@ def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict
             raise ParamError(f"unknown param {key!r} for shaper {ir.name!r}{_suggest(key, list(specs))}")
     per_group = {k: v for k, v in params.items() if _is_per_group(specs[k], v)}
     scalars = {k: v for k, v in params.items() if k not in per_group}
-    resolved = validate_params(ir, scalars)
+    resolved = _validated_scalars(ir, scalars)
     out: dict[str, np.ndarray] = {}
     for spec in ir.params:
         if spec.name in per_group:
@@ -116,10 +116,30 @@ def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict
                 if key not in memo:
                     memo[key] = _encode(spec, validate_params(ir, {spec.name: v}, f"group {g}: ")[spec.name])
                 rows.append(memo[key])
+            out[spec.name] = np.array(rows, dtype=np.float64).reshape((G, 4) if spec.kind == "band" else (G,))
+        elif spec.kind == "band":
+            out[spec.name] = np.tile(np.array(_encode(spec, resolved[spec.name]), dtype=np.float64), (G, 1))
         else:
-            rows = [_encode(spec, resolved[spec.name])] * G
-        out[spec.name] = np.array(rows, dtype=np.float64).reshape((G, 4) if spec.kind == "band" else (G,))
+            out[spec.name] = np.full(G, _encode(spec, resolved[spec.name]), dtype=np.float64)
     return out
+
+
+_VALIDATED: dict[tuple, dict[str, Any]] = {}  # a training loop passes the same params every step
+
+
+def _validated_scalars(ir: ShaperIR, scalars: dict[str, Any]) -> dict[str, Any]:
+    """validate_params, remembered for hashable inputs so a repeated call skips pydantic."""
+    try:
+        key = (id(ir), tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in scalars.items())))
+        hash(key)
+    except TypeError:
+        return validate_params(ir, scalars)
+    if key not in _VALIDATED:
+        if len(_VALIDATED) > 1024:
+            _VALIDATED.clear()
+        params_model(ir)  # holds the IR, so its id stays unique while the entry lives
+        _VALIDATED[key] = validate_params(ir, scalars)
+    return _VALIDATED[key]
 
 
 def _is_per_group(spec: ParamSpec, value: Any) -> bool:
