@@ -809,3 +809,11 @@ def test_drop_in_matches_oracle(results, cfg, group_size):
     final, expected_metrics = expected
     assert rewards(results) == pytest.approx(final, abs=1e-12)
     assert metrics == pytest.approx(expected_metrics, abs=1e-12)
+
+
+def test_no_config_block_touches_nothing():
+    from shapec.compat.nemo_rl import apply_group_length_penalties as apply_
+
+    rows = [{"full_result": {"reward": 1.0, "response": {"output": []}}, "agent_ref": {"name": "a"}}]
+    assert apply_(rows, None, 1) == {}
+    assert rows[0]["full_result"]["reward"] == 1.0

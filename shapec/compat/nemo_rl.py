@@ -235,7 +235,7 @@ def _param_columns(per_group: list[dict[str, Any]], bands: dict[str, tuple]) -> 
 
 def apply_group_length_penalties(
     results: list[dict[str, Any]],
-    length_penalty_config: LengthPenaltyConfig | dict[str, Any],
+    length_penalty_config: LengthPenaltyConfig | dict[str, Any] | None,
     group_size: int,
     tokenizer: Any = None,
 ) -> dict[str, float]:
@@ -244,6 +244,8 @@ def apply_group_length_penalties(
     `group_size` contiguous rows form a group (the last may be shorter). Returns the five
     `length_penalty/*` per-row metrics, or {} when nothing is enabled or `results` is empty.
     """
+    if length_penalty_config is None:  # grpo.length_penalty not configured
+        return {}
     cfg = (length_penalty_config if isinstance(length_penalty_config, LengthPenaltyConfig)
            else LengthPenaltyConfig.model_validate(length_penalty_config))
     bands = global_bands(cfg)
