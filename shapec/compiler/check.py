@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -262,22 +262,13 @@ def _suggest(name: str, options) -> str:
 
 @dataclass
 class CheckedModule:
+    """One checked file: its shapers and pipelines as IR, and its helper functions for importers."""
+
     filename: str
     doc: str | None
-    shapers: dict = None
-    pipelines: dict = None
-    fns: dict = None
-
-    def __post_init__(self):
-        self.shapers = {} if self.shapers is None else self.shapers
-        self.pipelines = {} if self.pipelines is None else self.pipelines
-        self.fns = {} if self.fns is None else self.fns
-
-
-def _walk(node: Node):
-    yield node
-    for a in node.args:
-        yield from _walk(a)
+    shapers: dict[str, ShaperIR] = field(default_factory=dict)
+    pipelines: dict[str, PipelineIR] = field(default_factory=dict)
+    fns: dict[str, A.FnDef] = field(default_factory=dict)
 
 
 class ShaperChecker:
@@ -828,8 +819,7 @@ class ShaperChecker:
         if b is None:
             if name in self.p.fns:
                 return self.error("E302", f"helper function {name!r} must be called", span)
-            known = [k for k, v in self.env.items() if v.kind != "meta" or True]
-            return self.error("E201", f"unknown name {name!r}{_suggest(name, known)}", span)
+            return self.error("E201", f"unknown name {name!r}{_suggest(name, list(self.env))}", span)
         if b.kind == "meta":
             spec: MetaSpec = b.node.attr
             if spec.kind == "scalar":
