@@ -573,11 +573,12 @@ class TestEntryPoint:
         assert rewards(results) == pytest.approx([1, 0.8, 1, 1])
         assert metrics["length_penalty/adjusted_frac"] == 0.25
 
-    def test_config_model_accepted_and_unchanged_rewards_not_rewritten(self):
+    def test_config_model_accepted_and_shaped_rows_written_back_as_floats(self):
         cfg = LengthPenaltyConfig.model_validate({"default": {"longest_total_penalty": 0.2, "length_type": "chars"}})
         results = [row(1, 10), row(1, 30)]
         apply_group_length_penalties(results, cfg, 2)
-        assert rewards(results) == [1, 0.8] and type(rewards(results)[0]) is int
+        # as NeMo-RL: a binary-checked group's rows are all written back, as floats
+        assert rewards(results) == [1, 0.8] and type(rewards(results)[0]) is float
 
     def test_metrics(self):
         # group 0 shaped: [1, 0.8 -> clamp... ] ; group 1 non-binary
@@ -817,3 +818,36 @@ def test_no_config_block_touches_nothing():
     rows = [{"full_result": {"reward": 1.0, "response": {"output": []}}, "agent_ref": {"name": "a"}}]
     assert apply_(rows, None, 1) == {}
     assert rows[0]["full_result"]["reward"] == 1.0
+
+
+def test_rows_of_shaped_groups_get_float_rewards_back():
+    from shapec.compat.nemo_rl import apply_group_length_penalties as apply_
+
+    rows = [{"full_result": {"reward": r, "response": {"output": []}}, "agent_ref": {"name": "a"}} for r in (1, 0)]
+    rows.append({"full_result": {"reward": 1, "response": {"output": []}, "reward_components": {"x": 1}},
+                 "agent_ref": {"name": "a"}})
+    apply_(rows, {"default": {"longest_total_penalty": 0.1}}, 2)
+    # the binary-checked group is written back as floats (values unchanged); the skipped one is untouched
+    assert [type(r["full_result"]["reward"]) for r in rows] == [float, float, int]
+
+
+def test_a_foreign_pydantic_config_is_accepted_with_its_set_keys():
+    from pydantic import BaseModel
+
+    from shapec.compat.nemo_rl import apply_group_length_penalties as apply_
+
+    class Default(BaseModel):
+        enabled: bool = True
+        longest_total_penalty: float = 0.0
+
+    class Foreign(BaseModel):
+        default: Default = Default()
+
+    def rows():
+        return [{"full_result": {"reward": 1.0, "response": {"output": [
+            {"type": "message", "content": "x" * n}]}}, "agent_ref": {"name": "a"}} for n in (10, 20)]
+
+    ours, theirs = rows(), rows()
+    apply_(ours, {"default": {"longest_total_penalty": 0.2}}, 2)
+    apply_(theirs, Foreign(default=Default(longest_total_penalty=0.2)), 2)
+    assert [r["full_result"]["reward"] for r in theirs] == [r["full_result"]["reward"] for r in ours] == [1.0, 0.8]

@@ -342,3 +342,20 @@ def test_band_fields_of_literals_and_scalar_band_metadata():
     """), backend="interpreter").s
     out = s(np.zeros(2), group_size=1, channels={"x": [1, 2]}, metadata={"pb": [{"a": 7, "b": 9, "f": 1}, None]})
     assert out.terms["t"].tolist() == [10.0, 3.0]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_factors_apply_where_the_reward_entering_them_is_positive(backend):
+    # NeMo-RL checks the clamped base once, before its band chain: a (malformed, f < 0) first band
+    # that turns the reward negative does not stop the second one
+    s = compile_str(src("""
+        shaper s() requires binary produces nonneg {
+          input x: tokens
+          meta pb: {total: band, reasoning: band}
+          factor first = band(x, pb.total) on reward > 0
+          factor second = band(x, pb.reasoning) on reward > 0
+        }
+    """), backend=backend).s
+    out = s([1.0], group_size=1, channels={"x": [10]},
+            metadata={"pb": [{"total": {"a": 0, "b": 5, "f": -0.5}, "reasoning": {"a": 0, "b": 5, "f": 0.5}}]})
+    assert out.rewards.tolist() == [-0.25] and out.factors["second"].tolist() == [0.5]

@@ -307,3 +307,13 @@ def test_duplicate_metric_names_are_an_error():
     ''')
     assert_error(text, "E202", "metric m =", message="metric 'm' is already defined")
     assert check_source(text.replace("metric m =", "metric n =")) == []
+
+
+def test_negative_lambda_and_non_finite_floor_behave_as_nemo_rl():
+    # NeMo-RL accepts a negative lambda_time (a time bonus) and a NaN or -inf floor never lifts anything
+    from shapec.compat.nemo_rl import apply_time_efficiency_reward as apply_te
+
+    for floor in (float("nan"), float("-inf")):
+        rows = [{"full_result": {"reward": 1.0, "openhands_run_time": 600}}]
+        apply_te(rows, {"enabled": True, "lambda_time": -0.01, "floor": floor})
+        assert rows[0]["full_result"]["reward"] == 1.0 + 0.01 * 10  # 10 minutes at -0.01 per minute

@@ -110,7 +110,9 @@ def apply_time_efficiency_reward(
             "lambda_call_bonus": config.lambda_call_bonus,
             # the reference reads call_bonus_ref only when the bonus is on
             "call_bonus_ref": config.call_bonus_ref if config.lambda_call_bonus > 0 else None,
-            "floor": config.floor,
+            # a NaN or -inf floor never lifts anything in NeMo-RL (`new < floor` is false): no floor
+            "floor": None if config.floor is None or math.isnan(config.floor) or config.floor == -math.inf
+            else config.floor,
         },
     )
     # the rows the shaper's `charged` gate selects: only these are rewritten

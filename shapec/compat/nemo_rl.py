@@ -233,6 +233,18 @@ def _param_columns(per_group: list[dict[str, Any]], bands: dict[str, tuple]) -> 
     return params
 
 
+def _config(value: Any) -> LengthPenaltyConfig:
+    """Ours as is; a dict, or another pydantic model of the block (NeMo-RL's own), validated.
+
+    A foreign model is dumped with only the keys its user set, so implicit band enabling still
+    sees which flags were written explicitly."""
+    if isinstance(value, LengthPenaltyConfig):
+        return value
+    if isinstance(value, BaseModel):
+        value = value.model_dump(exclude_unset=True)
+    return LengthPenaltyConfig.model_validate(value)
+
+
 def apply_group_length_penalties(
     results: list[dict[str, Any]],
     length_penalty_config: LengthPenaltyConfig | dict[str, Any] | None,
@@ -246,8 +258,7 @@ def apply_group_length_penalties(
     """
     if length_penalty_config is None:  # grpo.length_penalty not configured
         return {}
-    cfg = (length_penalty_config if isinstance(length_penalty_config, LengthPenaltyConfig)
-           else LengthPenaltyConfig.model_validate(length_penalty_config))
+    cfg = _config(length_penalty_config)
     bands = global_bands(cfg)
     if not cfg.default.enabled and not cfg.agent_overrides and not bands:
         return {}
@@ -283,8 +294,10 @@ def apply_group_length_penalties(
         params=_param_columns(per_group, bands),
         reward_components=components,
     )
+    # like NeMo-RL, every row of a group that passed the binary check gets its (float) reward back
     final = out.rewards.tolist()
-    for i in np.flatnonzero(out.rewards != rewards).tolist():
+    shaped_rows = np.repeat(~out.skipped, np.diff(out.offsets))
+    for i in np.flatnonzero(shaped_rows | (out.rewards != rewards)).tolist():
         fulls[i]["reward"] = final[i]
 
     reasons = out.skip_reasons

@@ -758,6 +758,7 @@ class StageLowering:
                 head("bbuf = np.empty(n)")
             head("tot = np.zeros(width)  # the group's term sums")
             head("run = np.zeros(width)  # the group's running rewards")
+            head("base = np.zeros(width)  # the reward entering the factors: they apply where it is > 0")
             for k, (name, _) in enumerate(ir.states):
                 head(f"st_{name} = state_in[{k}]")
             for line in self.arrays:
@@ -825,6 +826,7 @@ class StageLowering:
                 if step.kind == "gate" and step.name in self.gate_index:
                     o(f"gates[{self.gate_index[step.name]}, g] = k_gate_code(v_{step.name})")
             self.first_running = True
+            self.first_factor = True
             self.has_terms = False
             for step in ir.steps:
                 o(f"# {step.kind} {step.name}")
@@ -955,11 +957,14 @@ class StageLowering:
         o("for i in range(s, e):")
         with o.indented():
             self.start_running()
+            if self.first_factor:
+                o("base[i - s] = run[i - s]")
             o(f"m = {m}")
-            o(f"applied = {self.applies(step, scope)}not isnan(m) and run[i - s] > 0.0")
+            o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
             o(f"factors[{k}, i] = m if applied else 1.0")
             o("run[i - s] = run[i - s] * m if applied else run[i - s]")
         self.first_running = False
+        self.first_factor = False
 
     def finish_group(self, scope: Scope) -> None:
         ir, o = self.ir, self.out

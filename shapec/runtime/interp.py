@@ -418,6 +418,7 @@ class Interpreter:
         factors: dict[str, np.ndarray] = {}
         total = None  # sum of terms, accumulated left to right
         r = None
+        base = None
         for step in ir.steps:
             if step.kind == "let":
                 self.env[step.name] = self.eval(step.expr)
@@ -444,8 +445,10 @@ class Interpreter:
             elif step.kind == "factor":
                 if r is None:
                     r = b.rewards + total if total is not None else b.rewards.copy()
+                if base is None:  # factors apply where the reward entering them is > 0
+                    base = r.copy()
                 m = self.at(step.expr, rollout)
-                applied = self.applies(step) & ~np.isnan(m) & (r > 0)
+                applied = self.applies(step) & ~np.isnan(m) & (base > 0)
                 factors[step.name] = np.where(applied, m, 1.0)
                 self.env[step.name] = factors[step.name]
                 r = np.where(applied, r * m, r)
