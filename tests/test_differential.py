@@ -320,7 +320,7 @@ class SpecWriter:
 
     def band(self) -> str:
         return self.pick(["pb", "tb", "(pb ?? tb)", "(ob ?? tb)", "(prof.bd ?? ob ?? tb)", "{1, 3, 0.5}",
-                          "{c2, c2 + 2, 0.25}", f"(any(flag) ? pb : tb)"])
+                          "{c2, c2 + 2, 0.25}", "(any(flag) ? pb : tb)"])
 
     # --- the shaper
     def shaper(self, name: str) -> str:

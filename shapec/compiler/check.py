@@ -315,7 +315,7 @@ class ShaperChecker:
                     ty = self.value_type(typ, st.span)
                     if self.define(name, Node("ref", (), replace(ty, level=ROLLOUT), ("input", name), st.span), "input", st.span):
                         inputs.append((name, typ))
-                case A.Meta(name=name, type=mt):
+                case A.Meta(name=name):
                     spec = self.meta(st)
                     if spec is not None and name not in self.env:
                         metas.append(spec)
@@ -789,7 +789,7 @@ class ShaperChecker:
                     return n
                 self.expect_bool(n, x.span, "the operand of 'not'")
                 return Node("not", (n,), n.ty, span=e.span)
-            case A.Binary(op=op):
+            case A.Binary():
                 return self.binary(e)
             case A.Cond(test=t, then=a, orelse=b):
                 return self.cond(e, t, a, b)

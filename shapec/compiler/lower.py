@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ir import BATCH, CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
+from .ir import CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
 
 
 class ShapecInternalError(RuntimeError):
@@ -659,13 +659,13 @@ class StageLowering:
             target = self.read(storage, name, ctx)
             value = self.ex(arg, ctx, scope)
             if op == "minmax":
-                o(f"lo_ = red_min(buf, ibuf, k, 0.0)")
-                o(f"hi_ = red_max(buf, ibuf, k, 0.0)")
+                o("lo_ = red_min(buf, ibuf, k, 0.0)")
+                o("hi_ = red_max(buf, ibuf, k, 0.0)")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
             else:
-                o(f"mean_ = red_mean(buf, ibuf, k, 0.0)")
+                o("mean_ = red_mean(buf, ibuf, k, 0.0)")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(mean_) else {value} - mean_")

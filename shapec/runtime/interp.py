@@ -345,7 +345,8 @@ class Interpreter:
         return reduce_values(node.attr, arg[mask == 1], ())
 
     # ----------------------------------------------------------- statements
-    def gate_code(self, name: str, value) -> np.ndarray:
+    def gate_code(self, value) -> np.ndarray:
+        """open 0, closed 1, missing 2: the codes of a simple gate's reasons."""
         v = np.broadcast_to(np.asarray(value, dtype=np.float64), (self.G,))
         return np.where(v == 1, 0, np.where(v == 0, 1, 2)).astype(np.int64)
 
@@ -366,14 +367,14 @@ class Interpreter:
             else:
                 self.env[step.name] = value
                 if step.kind == "gate":
-                    gate_codes[step.name] = self.gate_code(step.name, value)
+                    gate_codes[step.name] = self.gate_code(value)
         self.decide_skips(skip_codes)
         shaped = self.shape(gate_codes)
         live = (skip_codes == 0)[self.gidx]
         rewards = np.where(live, shaped["rewards"], b.rewards)
         terms = {t: np.where(live, v, 0.0) for t, v in shaped["terms"].items()}
         factors = {f: np.where(live, v, 1.0) for f, v in shaped["factors"].items()}
-        for name, codes in gate_codes.items():
+        for codes in gate_codes.values():
             codes[skip_codes != 0] = -1
         bad = live & ~np.isfinite(rewards)
         if bad.any():
@@ -412,7 +413,7 @@ class Interpreter:
         apply(data)
 
     def shape(self, gate_codes) -> dict:
-        ir, b, n = self.ir, self.b, self.b.n
+        ir, b = self.ir, self.b
         rollout = Type("num", ROLLOUT)
         terms: dict[str, np.ndarray] = {}
         factors: dict[str, np.ndarray] = {}
@@ -426,7 +427,7 @@ class Interpreter:
                 value = self.eval(step.expr)
                 self.env[step.name] = value
                 if step.name in gate_codes:
-                    gate_codes[step.name] = self.gate_code(step.name, self.lift(value, step.expr.ty, Type("num", GROUP)))
+                    gate_codes[step.name] = self.gate_code(self.lift(value, step.expr.ty, Type("num", GROUP)))
             elif step.kind == "gaterules":
                 self.gate_rules(step, gate_codes)
             elif step.kind == "term":

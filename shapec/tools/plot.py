@@ -73,7 +73,7 @@ def sweep(shaper, plan, channel: str, unit: str, max_length: float):
     for label, probe_reward in (("correct", 1.0), ("wrong", 0.0)):
         rewards = np.tile(np.concatenate([[probe_reward], bg_reward]), GRID)
         channels = {}
-        for name, typ in inputs:
+        for name, _ in inputs:
             if name == channel:
                 channels[name] = np.column_stack([xs, np.tile(background, (GRID, 1))]).ravel()
             elif name == "resolved":
