@@ -193,14 +193,19 @@ def test_metadata_scalar_list_record_and_band():
     assert out.rewards.tolist() == pytest.approx([1, 0.9, 0.9, 1, 0.5, 0.5])
 
 
-def test_band_multiplier_shape_and_malformed_bands():
-    s = compile_str(src("""
+def band_shaper():
+    """One per-prompt band as a factor on correct rollouts."""
+    return compile_str(src("""
         shaper s() requires binary produces unit {
           input x: tokens
           meta pb: band
           factor fit = band(x, pb) on reward > 0
         }
     """), backend="interpreter").s
+
+
+def test_band_multiplier_shape_and_malformed_bands():
+    s = band_shaper()
     x = [100, 150, 200, 250, 150, 150]
     pb = [{"a": 100, "b": 200, "f": 0.6}, {"a": 200, "b": 100, "f": 0.5}, None]
     out = s(np.ones(6), group_size=2, channels={"x": x}, metadata={"pb": pb + [None] * 0})
@@ -321,13 +326,7 @@ def test_band_metadata_null_key_is_malformed_not_absent():
 
 
 def test_integer_band_arrays_are_accepted():
-    s = compile_str(src("""
-        shaper s() requires binary produces unit {
-          input x: tokens
-          meta pb: band
-          factor fit = band(x, pb) on reward > 0
-        }
-    """), backend="interpreter").s
+    s = band_shaper()
     out = s(np.ones(2), group_size=1, channels={"x": [15, 30]}, metadata={"pb": np.array([[10, 20, 0], [10, 20, 1]])})
     assert out.factors["fit"].tolist() == [0.5, 1.0]
 
