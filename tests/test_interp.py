@@ -208,7 +208,7 @@ def test_band_multiplier_shape_and_malformed_bands():
     s = band_shaper()
     x = [100, 150, 200, 250, 150, 150]
     pb = [{"a": 100, "b": 200, "f": 0.6}, {"a": 200, "b": 100, "f": 0.5}, None]
-    out = s(np.ones(6), group_size=2, channels={"x": x}, metadata={"pb": pb + [None] * 0})
+    out = s(np.ones(6), group_size=2, channels={"x": x}, metadata={"pb": pb})
     # 1 up to a; at 150 halfway: 1 - 0.5 * 0.4 = 0.8; f at and past b; b <= a counts as no band (1); none: 1
     assert out.factors["fit"].tolist() == pytest.approx([1.0, 0.8, 1.0, 1.0, 1.0, 1.0])
     out = s(np.ones(2), group_size=2, channels={"x": [200, 250]}, metadata={"pb": [{"a": 100, "b": 200, "f": 0.6}]})
