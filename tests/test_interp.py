@@ -215,14 +215,17 @@ def test_band_multiplier_shape_and_malformed_bands():
     assert out.factors["fit"].tolist() == pytest.approx([0.6, 0.6])
 
 
+STABLE = src("""
+    input ok: bool
+    let acc = batch.mean(ok)
+    state best: float = 0 update max(best, acc)
+    gate stable = acc >= best - 0.1
+    term t = 1 when stable
+""")
+
+
 def test_state_persists_across_calls_and_round_trips():
-    s = shaper(src("""
-        input ok: bool
-        let acc = batch.mean(ok)
-        state best: float = 0 update max(best, acc)
-        gate stable = acc >= best - 0.1
-        term t = 1 when stable
-    """))
+    s = shaper(STABLE)
     runs = [[1, 1, 0, 0], [1, 0, 0, 0], [1, 1, 1, 0]]  # batch accuracies .5, .25, .75
     seen = []
     for ok in runs:
@@ -230,13 +233,7 @@ def test_state_persists_across_calls_and_round_trips():
         seen.append((s.state_dict()["s"]["best"], out.terms["t"][0]))
     assert seen == [(0.5, 1.0), (0.5, 0.0), (0.75, 1.0)]
     saved = s.state_dict()
-    fresh = shaper(src("""
-        input ok: bool
-        let acc = batch.mean(ok)
-        state best: float = 0 update max(best, acc)
-        gate stable = acc >= best - 0.1
-        term t = 1 when stable
-    """))
+    fresh = shaper(STABLE)
     fresh.load_state_dict(saved)
     assert fresh(np.zeros(4), group_size=2, channels={"ok": [1, 0, 0, 0]}).terms["t"][0] == 0.0
 

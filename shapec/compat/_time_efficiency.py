@@ -9,14 +9,12 @@ reads the results into arrays; the reward and every metric come from the compile
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
-from ..api import load
-from ..runtime.shaper import CompiledShaper, default_backend
+from ._stdlib import stdlib_shaper
 
 PREFIX = "time_efficiency/"
 
@@ -45,9 +43,6 @@ class TimeEfficiencyConfig(BaseModel, extra="allow"):
         return self
 
 
-@lru_cache(maxsize=None)
-def _shaper(backend: str) -> CompiledShaper:
-    return load("time_efficiency", backend=backend)["time_efficiency"]
 
 
 def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
@@ -96,7 +91,7 @@ def apply_time_efficiency_reward(
     full = [result["full_result"] for result in results]
     resolved = np.array([bool(fr.get("resolved")) for fr in full])
     rewards = np.array([float(fr.get("reward") or 0.0) for fr in full])
-    out = _shaper(default_backend())(
+    out = stdlib_shaper("time_efficiency", "time_efficiency")(
         rewards, offsets=np.array([0, n]),
         channels={
             "run_time": [rollout_seconds(result, i) for i, result in enumerate(results)],

@@ -20,20 +20,15 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from functools import lru_cache
 from typing import Any, Sequence
 
 import numpy as np
 
-from ..api import load
-from ..runtime.shaper import CompiledShaper, default_backend
+from ._stdlib import stdlib_shaper
 
 logger = logging.getLogger(__name__)
 
 
-@lru_cache(maxsize=None)
-def _shaper(name: str, backend: str) -> CompiledShaper:
-    return load("miles", backend=backend)[name]
 
 
 def _check_coeff(coeff: Any) -> float:
@@ -117,7 +112,7 @@ def shape_rewards(
         return np.array(rewards, dtype=np.float64)
     if loss_tokens is None:
         raise ValueError("loss_tokens is required when coeff > 0")
-    out = _shaper("length_penalty", default_backend())(
+    out = stdlib_shaper("miles", "length_penalty")(
         rewards, group_size=group_size, offsets=offsets, channels={"loss_tokens": loss_tokens},
         params={"coeff": coeff, "min_tokens": min_tokens},
     )
@@ -158,7 +153,7 @@ def group_advantages(
     and, with `normalize_std`, more than one rollout and a std > 0, divide by the sample std + 1e-6.
     To normalise per training sample, repeat each rollout's shaped reward for its retained samples.
     """
-    out = _shaper("grpo_advantage", default_backend())(
+    out = stdlib_shaper("miles", "grpo_advantage")(
         rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards,
         params={"normalize_std": bool(normalize_std)},
     )
@@ -178,7 +173,7 @@ def keep_groups(
     when its shaped range exceeds 1e-6; any other group when its sample std is > 0 (one-rollout
     groups have no std and are dropped).
     """
-    shaper = _shaper("grpo_advantage", default_backend())
+    shaper = stdlib_shaper("miles", "grpo_advantage")
     out = shaper(rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards)
     rules = next(step.rules for step in shaper.ir.steps if step.name == "keep")
     keeping = {reason for verdict, reason, _ in rules if verdict == "open"}

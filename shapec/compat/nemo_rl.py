@@ -203,20 +203,14 @@ def _row_band(block: Any) -> tuple[float, float, float, float]:
 
 
 # ------------------------------------------------------------------------------------------ shaper
-_SHAPERS: dict[str, Any] = {}
 _NON_BINARY_WARNED_AGENTS: set[str] = set()
 
 
 def length_penalty_shaper(backend: str | None = None):
     """The compiled stdlib `nemo_rl.length_penalty`, compiled once per backend (default: SHAPEC_BACKEND)."""
-    from ..runtime.shaper import default_backend
+    from ._stdlib import stdlib_shaper
 
-    backend = backend or default_backend()
-    if backend not in _SHAPERS:
-        from ..api import load
-
-        _SHAPERS[backend] = load("nemo_rl", backend=backend)["length_penalty"]
-    return _SHAPERS[backend]
+    return stdlib_shaper("nemo_rl", "length_penalty", backend)
 
 
 def _param_columns(per_group: list[dict[str, Any]], bands: dict[str, tuple]) -> dict[str, Any]:

@@ -418,8 +418,15 @@ class Interpreter:
         terms: dict[str, np.ndarray] = {}
         factors: dict[str, np.ndarray] = {}
         total = None  # sum of terms, accumulated left to right
-        r = None
+        r = None  # the running reward, from the first clamp or factor on
         base = None
+
+        def settled(running):
+            """The running reward: reward + the term sum once the terms are done."""
+            if running is not None:
+                return running
+            return b.rewards + total if total is not None else b.rewards.copy()
+
         for step in ir.steps:
             if step.kind == "let":
                 self.env[step.name] = self.eval(step.expr)
@@ -438,14 +445,12 @@ class Interpreter:
                 self.env[step.name] = arr
                 total = arr.copy() if total is None else total + arr
             elif step.kind == "clamp":
-                if r is None:
-                    r = b.rewards + total if total is not None else b.rewards.copy()
+                r = settled(r)
                 lo = self.at(step.expr, rollout)
                 hit = self.applies(step) & ~np.isnan(lo) & (r < lo)
                 r = np.where(hit, lo, r)
             elif step.kind == "factor":
-                if r is None:
-                    r = b.rewards + total if total is not None else b.rewards.copy()
+                r = settled(r)
                 if base is None:  # factors apply where the reward entering them is > 0
                     base = r.copy()
                 m = self.at(step.expr, rollout)
@@ -455,8 +460,8 @@ class Interpreter:
                 r = np.where(applied, r * m, r)
         if ir.result is not None:
             r = self.at(ir.result, rollout)
-        elif r is None:
-            r = b.rewards + total if total is not None else b.rewards.copy()
+        else:
+            r = settled(r)
         return {"rewards": r, "terms": terms, "factors": factors}
 
     def applies(self, step) -> np.ndarray:
