@@ -50,12 +50,11 @@ class _Loader:
 class CompiledModule:
     """Shapers and pipelines of one .shape file, reachable by name (`mod.name` or `mod["name"]`)."""
 
-    def __init__(self, checked: CheckedModule, backend: str):
-        from .runtime.shaper import CompiledShaper
-
+    def __init__(self, checked: CheckedModule, backend: str, parallel: bool = False):
         self.filename = checked.filename
         self.doc = checked.doc
         self.backend = backend
+        self.parallel = parallel
         self._irs = {**checked.shapers, **checked.pipelines}
         self._compiled: dict[str, CompiledShaper] = {}
         self.shapers = tuple(checked.shapers)
@@ -77,7 +76,7 @@ class CompiledModule:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise KeyError(f"{self.filename} has no shaper or pipeline {name!r}{hint}")
         if name not in self._compiled:
-            self._compiled[name] = CompiledShaper(self._irs[name], self.backend)
+            self._compiled[name] = CompiledShaper(self._irs[name], self.backend, self.parallel)
         return self._compiled[name]
 
     def __getattr__(self, name: str):
@@ -104,24 +103,35 @@ def _backend(backend: str | None) -> str:
     return backend
 
 
-def compile_str(source: str, filename: str = "<string>", backend: str | None = None) -> CompiledModule:
-    """Parse, check and compile .shape source text."""
+def _parallel(parallel: bool | None) -> bool:
+    from .runtime.shaper import default_parallel
+
+    return default_parallel() if parallel is None else bool(parallel)
+
+
+def compile_str(source: str, filename: str = "<string>", backend: str | None = None,
+                parallel: bool | None = None) -> CompiledModule:
+    """Parse, check and compile .shape source text.
+
+    parallel=True (or SHAPEC_PARALLEL=1) makes numba kernels run chunks of groups on several
+    threads for large batches; the rewards are identical either way.
+    """
     base = Path(filename).parent if filename != "<string>" else None
-    return CompiledModule(_Loader().source(source, filename, base), _backend(backend))
+    return CompiledModule(_Loader().source(source, filename, base), _backend(backend), _parallel(parallel))
 
 
-def compile_file(path: str | Path, backend: str | None = None) -> CompiledModule:
+def compile_file(path: str | Path, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
     """Parse, check and compile a .shape file (imports resolve relative to it)."""
-    return CompiledModule(_Loader().file(Path(path)), _backend(backend))
+    return CompiledModule(_Loader().file(Path(path)), _backend(backend), _parallel(parallel))
 
 
-def load(name: str, backend: str | None = None) -> CompiledModule:
+def load(name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
     """A stdlib module by name, e.g. load("nemo_rl")."""
     path = STDLIB / f"{name}.shape"
     if not path.is_file():
         known = sorted(p.stem for p in STDLIB.glob("*.shape"))
         raise KeyError(f"no stdlib module {name!r}; available: {', '.join(known)}")
-    return compile_file(path, backend)
+    return compile_file(path, backend, parallel)
 
 
 def check_file(path: str | Path) -> list[Diagnostic]:
@@ -141,11 +151,11 @@ def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
     return []
 
 
-def _rebuild(source: str, filename: str, name: str, backend: str, state: dict):
+def _rebuild(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False):
     """Unpickle a compiled shaper: recompile from its source (the kernel cache makes this cheap)."""
     path = Path(filename)
-    mod = compile_file(path, backend) if path.is_file() and path.read_text() == source else compile_str(
-        source, filename, backend)
+    mod = compile_file(path, backend, parallel) if path.is_file() and path.read_text() == source else compile_str(
+        source, filename, backend, parallel)
     shaper = mod[name]
     shaper.load_state_dict(state)
     return shaper

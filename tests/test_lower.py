@@ -81,6 +81,32 @@ def test_non_finite_reward_raises_like_the_interpreter(cache):
     assert "rollout 1 (group 1)" in errors[1]
 
 
+def test_parallel_kernel_reports_the_first_non_finite_reward_across_chunks(cache):
+    src = 'shaper ratio() produces real {\n  input length: tokens\n  term r = 1 / float(length)\n}\n'
+    shaper = shapec.compile_str(src, backend="numba", parallel=True).ratio
+    n = 4 * lower.PARALLEL_MIN_ROLLOUTS
+    length = np.ones(n)
+    length[[n - 5, n // 2 + 3]] = 0  # both in later chunks than the first
+    with pytest.raises(FloatingPointError, match=rf"rollout {n // 2 + 3} \(group {(n // 2 + 3) // 8}\)"):
+        shaper(np.ones(n), group_size=8, channels={"length": length})
+    ok = shaper(np.ones(n), group_size=8, channels={"length": np.arange(1, n + 1)})
+    np.testing.assert_array_equal(ok.rewards, 1 + 1 / np.arange(1, n + 1))
+
+
+def test_parallel_is_an_option_and_an_environment_variable(cache, monkeypatch):
+    monkeypatch.setenv("SHAPEC_PARALLEL", "1")
+    shaper = shapec.compile_str(OVERLONG).overlong
+    assert shaper.parallel and "parallel" in repr(shaper)
+    assert "prange(nchunks)" in lower.emit_python(shaper.ir, parallel=True)
+    assert "prange" not in lower.emit_python(shaper.ir)
+    assert not shapec.compile_str(OVERLONG, parallel=False).overlong.parallel
+    monkeypatch.setenv("SHAPEC_PARALLEL", "0")
+    assert pickle.loads(pickle.dumps(shaper)).parallel  # the option travels with the shaper
+    monkeypatch.setenv("SHAPEC_PARALLEL", "yes")
+    with pytest.raises(ValueError, match="SHAPEC_PARALLEL"):
+        shapec.compile_str(OVERLONG)
+
+
 def test_validation_mode_passes_rewards_through(cache):
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     out = shaper([1, 0], group_size=2, channels={"length": [20, 20]}, training=False)

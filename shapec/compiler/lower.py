@@ -9,11 +9,15 @@ depends on nothing else in shapec.
 
 from __future__ import annotations
 
+import ast
+import builtins
 import hashlib
 import importlib.util
 import math
 import os
+import re
 import sys
+import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -367,7 +371,7 @@ class Arg:
     """One kernel argument: its name in the kernel, where it comes from, and its numba type."""
 
     name: str
-    source: str  # rewards env_rewards offsets components use_components input meta band list_offsets list_field param state
+    source: str  # rewards env_rewards offsets components use_components nthreads input meta band list_offsets list_field param state
     key: object = None
     numba_type: str = "nt.float64[::1]"
 
@@ -405,14 +409,16 @@ class Scope:
 class StageLowering:
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
-    def __init__(self, ir: ShaperIR, fname: str):
+    def __init__(self, ir: ShaperIR, fname: str, parallel: bool = False):
         self.ir = ir
         self.fname = fname
+        self.parallel = parallel
         self.out = Emitter()
         self.counter = 0
         self.vars: dict[str, str] = {}  # var name -> storage: rollout, group, scalar, item:<list>, term:<k>, factor:<k>
         self.args: list[Arg] = []
-        self.arrays: list[str] = []  # allocation lines for per-variable arrays
+        self.arrays: list[str] = []  # allocation lines for per-variable arrays of the whole batch
+        self.chunk_arrays: list[str] = []  # ... and for group-sized scratch, one per chunk of groups
         self.plan_args()
 
     # ------------------------------------------------------------ arguments
@@ -422,6 +428,8 @@ class StageLowering:
         a += [Arg("rewards", "rewards"), Arg("env_rewards", "env_rewards"),
               Arg("offsets", "offsets", numba_type="nt.int64[::1]"), Arg("components", "components"),
               Arg("use_components", "use_components", numba_type="nt.boolean")]
+        if self.parallel:  # read in Python: numba.get_num_threads() inside a kernel defeats its cache
+            a.append(Arg("nthreads", "nthreads", numba_type="nt.int64"))
         self.input_names = {}
         for name, _ in ir.inputs:
             self.input_names[name] = f"in_{name}"
@@ -488,7 +496,8 @@ class StageLowering:
         if size is None and storage.startswith("item:"):
             size = f"nitems_{storage[5:]}"
         if size is not None:
-            self.arrays.append(f"{name} = np.full({size}, nan)")
+            lines = self.chunk_arrays if storage == "local" else self.arrays
+            lines.append(f"{name} = np.full({size}, nan)")
 
     # ------------------------------------------------------------ expressions
     def index(self, ctx: str) -> str:
@@ -717,18 +726,25 @@ class StageLowering:
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
             self.vars[f] = f"factor:{k}"
-        body = Emitter()
-        self.out = o = body
-        o.depth = 1
+        main = Emitter()
+        main.depth = 1
+        self.out = batch_code = main
         batch = Scope()
         self.lower_channels(batch)
         self.lower_batch_steps(batch)
+        groups = Emitter()
+        groups.depth = 1
+        self.out = groups
         self.lower_groups()
+        after = Emitter()
+        after.depth = 1
+        self.out = after
         self.lower_metrics(batch)
-        o("return state_out, bad_i, bad_g")
+        after("return state_out, bad_i, bad_g")
+        chunk, free = self.chunk_function(groups.text())
 
         head = Emitter()
-        head(f"@njit(SIG_{self.fname}, cache=True, error_model=\"numpy\")")
+        head(f"@njit(SIG_{self.fname}, cache=True, error_model=\"numpy\"{PARALLEL_OPTION if self.parallel else ''})")
         head(f"def kernel_{self.fname}(")
         with head.indented():
             for k in range(0, len(self.args), 6):
@@ -752,18 +768,102 @@ class StageLowering:
                 head("for g in range(G):")
                 with head.indented():
                     head(f"width = max(width, {off}[g + 1] - {off}[g])")
-            head("buf = np.empty(width)")
-            head("ibuf = np.zeros(width, np.int64)")
-            if any(n.op == "breduce" for node in _steps_nodes(ir) for n in _walk(node)):
+            scratch_used = _names(batch_code.text() + after.text())
+            if "buf" in scratch_used:
+                head("buf = np.empty(width)")
+            if "ibuf" in scratch_used:
+                head("ibuf = np.zeros(width, np.int64)")
+            if "bbuf" in scratch_used:
                 head("bbuf = np.empty(n)")
-            head("tot = np.zeros(width)  # the group's term sums")
-            head("run = np.zeros(width)  # the group's running rewards")
-            head("base = np.zeros(width)  # the reward entering the factors: they apply where it is > 0")
             for k, (name, _) in enumerate(ir.states):
                 head(f"st_{name} = state_in[{k}]")
             for line in self.arrays:
                 head(line)
-        return head.text() + body.text()
+        dispatch = Emitter()
+        dispatch.depth = 1
+        self.dispatch_groups(dispatch, ", ".join(free))
+        return chunk + "\n\n" + head.text() + batch_code.text() + dispatch.text() + after.text()
+
+    def chunk_function(self, groups: str) -> tuple[str, list[str]]:
+        """The group loop as its own function over groups g0..g1-1, with its own scratch.
+
+        Chunks of groups then run one after another, or in parallel (prange) with no shared scratch.
+        Its other arguments are exactly the names the loop reads but does not define.
+        """
+        head = Emitter()
+        head.depth = 1
+        head("bad_i = -1")
+        head("bad_g = -1")
+        head("buf = np.empty(width)")
+        head("ibuf = np.zeros(width, np.int64)")
+        head("tot = np.zeros(width)  # the group's term sums")
+        head("run = np.zeros(width)  # the group's running rewards")
+        head("base = np.zeros(width)  # the reward entering the factors: they apply where it is > 0")
+        for line in self.chunk_arrays:
+            head(line)
+        body = head.text() + groups + "    return bad_i, bad_g\n"
+        stored, loaded = _names_by_context(body)
+        order = [a.name for a in self.args]
+        free = sorted({n for n in loaded - stored - MODULE_NAMES} - {"g0", "g1"},
+                      key=lambda n: (order.index(n) if n in order else len(order), n))
+        fn = Emitter()
+        types = ", ".join(["nt.int64", "nt.int64", *(self.free_type(name) for name in free)])
+        fn(f"SIG_groups_{self.fname} = ({types},)")
+        fn()
+        fn()
+        fn(f"@njit(SIG_groups_{self.fname}, cache=True, error_model=\"numpy\")")
+        fn(f"def groups_{self.fname}(")
+        with fn.indented():
+            names = ["g0", "g1", *free]
+            for k in range(0, len(names), 6):
+                fn(", ".join(names[k:k + 6]) + ",")
+        fn("):")
+        with fn.indented():
+            fn(f'"""Groups g0..g1-1 of shaper {self.ir.name!r}; returns the first non-finite reward '
+               '(rollout, group) or -1."""')
+        return fn.text() + body, free
+
+    def free_type(self, name: str) -> str:
+        """The numba type of a batch-level name the group loop reads (an explicit signature compiles
+        it once, not once per literal argument type)."""
+        args = {a.name: a.numba_type for a in self.args}
+        arrays = {line.split(" = ", 1)[0] for line in self.arrays}
+        if name in args:
+            return args[name]
+        if name in arrays or name == "state_out":
+            return "nt.float64[::1]"
+        if name in ("n", "G", "width") or name.startswith("nitems_"):
+            return "nt.int64"
+        if re.fullmatch(r"(v|st)_\w+|[rb]\d+|band\d+_[abfp]", name):  # batch lets, states, reductions, bands
+            return "nt.float64"
+        raise ShapecInternalError(f"shaper {self.ir.name!r}: the group loop reads {name!r}, of no known type")
+
+    def dispatch_groups(self, o: Emitter, free: str) -> None:
+        """Call the chunk function on all groups at once, or on chunks of groups across threads."""
+        call = f"groups_{self.fname}"
+        if not self.parallel:
+            o(f"bad_i, bad_g = {call}(0, G, {free})")
+            return
+        o(f"# in parallel from {PARALLEL_MIN_ROLLOUTS} rollouts: a few chunks of groups per thread")
+        o(f"nchunks = min(G, 4 * nthreads) if n >= {PARALLEL_MIN_ROLLOUTS} else 1")
+        o("if nchunks <= 1:")
+        with o.indented():
+            o(f"bad_i, bad_g = {call}(0, G, {free})")
+        o("else:")
+        with o.indented():
+            o("bad = np.full((nchunks, 2), -1, np.int64)")
+            o("for c in prange(nchunks):")
+            with o.indented():
+                o(f"bad_c = {call}(c * G // nchunks, (c + 1) * G // nchunks, {free})")
+                o("bad[c, 0] = bad_c[0]")
+                o("bad[c, 1] = bad_c[1]")
+            o("for c in range(nchunks):  # the first bad chunk holds the first bad reward")
+            with o.indented():
+                o("if bad[c, 0] >= 0:")
+                with o.indented():
+                    o("bad_i = bad[c, 0]")
+                    o("bad_g = bad[c, 1]")
+                    o("break")
 
     def lower_channels(self, batch: Scope) -> None:
         """Channels for the whole batch up front when batch statements or metrics read them."""
@@ -813,7 +913,7 @@ class StageLowering:
 
     def lower_groups(self) -> None:
         ir, o = self.ir, self.out
-        o("for g in range(G):")
+        o("for g in range(g0, g1):")
         with o.indented():
             o("s = offsets[g]")
             o("e = offsets[g + 1]")
@@ -1007,6 +1107,30 @@ class StageLowering:
             o(f"metrics[{k}] = {self.ex(node, 'batch', batch)}")
 
 
+PARALLEL_MIN_ROLLOUTS = 4096
+# prange only: numba's other parallel rewrites would turn every np.full into a parfor (slow to compile, no gain)
+PARALLEL_OPTION = (', parallel={"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False, '
+                   '"setitem": False, "numpy": False, "stencil": False, "fusion": False}')  # below this, waking threads costs more than it saves (benchmarks/)
+_IMPORTS = ("np", "inf", "isnan", "nan", "njit", "nt", "prange")
+MODULE_NAMES = frozenset((*_IMPORTS, *dir(builtins),
+                          *(b.split("def ", 1)[1].split("(", 1)[0] for b in HELPERS.split("\n\n\n") if "def " in b)))
+
+
+def _names_by_context(code: str) -> tuple[set[str], set[str]]:
+    """(names stored, names loaded) in a block of generated code."""
+    tree = ast.parse(textwrap.dedent(code))
+    stored, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (stored if isinstance(node.ctx, ast.Store) else loaded).add(node.id)
+    return stored, loaded
+
+
+def _names(code: str) -> set[str]:
+    stored, loaded = _names_by_context(code)
+    return stored | loaded
+
+
 def _header(body: str) -> str:
     return f"# shapec-sha256: {hashlib.sha256(body.encode()).hexdigest()}\n"
 
@@ -1017,18 +1141,19 @@ def _stage_names(ir: ShaperIR | PipelineIR) -> list[tuple[ShaperIR, str]]:
     return [(ir, ir.name)]
 
 
-def _lower_all(ir: ShaperIR | PipelineIR) -> tuple[str, list[StageLowering]]:
+def _lower_all(ir: ShaperIR | PipelineIR, parallel: bool = False) -> tuple[str, list[StageLowering]]:
     kind = "pipeline" if isinstance(ir, PipelineIR) else "shaper"
     o = Emitter()
-    o(f'"""Generated by shapec from {ir.filename or "<string>"}: {kind} {ir.name!r}. Do not edit."""')
+    o(f'"""Generated by shapec from {ir.filename or "<string>"}: {kind} {ir.name!r}'
+      f'{" (parallel)" if parallel else ""}. Do not edit."""')
     o()
     o("import numpy as np")
     o("from math import inf, isnan, nan")
-    o("from numba import njit, types as nt")
+    o(f"from numba import {'njit, prange' if parallel else 'njit'}, types as nt")
     kernels = ""
     stages = []
     for shaper, fname in _stage_names(ir):
-        low = StageLowering(shaper, fname)
+        low = StageLowering(shaper, fname, parallel)
         code = low.lower()
         kernels += f"\n\nSIG_{fname} = {low.signature()}\n\n\n" + code
         stages.append(low)
@@ -1050,9 +1175,9 @@ def _used_helpers(code: str) -> str:
     return "\n\n\n".join(b for n, b in named.items() if n in wanted) + "\n"
 
 
-def emit_python(ir: ShaperIR | PipelineIR) -> str:
+def emit_python(ir: ShaperIR | PipelineIR, parallel: bool = False) -> str:
     """The generated module's source, as written to the cache (without the hash header)."""
-    return _lower_all(ir)[0]
+    return _lower_all(ir, parallel)[0]
 
 
 # ------------------------------------------------------------------ cache and loading
@@ -1159,6 +1284,8 @@ class Kernel:
 
 def _getter(a: Arg, states: tuple[str, ...]):
     """A function (batch, params, state) -> this argument's array, contiguous and of its dtype."""
+    import numba
+
     key = a.key
     return {
         "rewards": lambda b, p, s: _f64(b.rewards),
@@ -1166,6 +1293,7 @@ def _getter(a: Arg, states: tuple[str, ...]):
         "offsets": lambda b, p, s: _i64(b.offsets),
         "components": lambda b, p, s: _f64(b.components) if b.components is not None else _EMPTY,
         "use_components": lambda b, p, s: b.components is not None,
+        "nthreads": lambda b, p, s: numba.get_num_threads(),
         "input": lambda b, p, s: _f64(b.inputs[key]),
         "meta": lambda b, p, s: _f64(b.metas[key]),
         "band": lambda b, p, s: _f64(b.bands[key]),
@@ -1194,9 +1322,14 @@ def _i64(x) -> np.ndarray:
 _F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
 
 
-def load_kernels(ir: ShaperIR | PipelineIR) -> list[Kernel]:
-    """Generate, cache, import and compile the kernels of a shaper (one) or pipeline (one per stage)."""
-    source, stages = _lower_all(ir)
+def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kernel]:
+    """Generate, cache, import and compile the kernels of a shaper (one) or pipeline (one per stage).
+
+    parallel=True runs chunks of groups on numba's threads (prange) for batches of at least
+    PARALLEL_MIN_ROLLOUTS rollouts; the results are the same bit for bit, since each group is
+    still computed by one thread in the same order.
+    """
+    source, stages = _lower_all(ir, parallel)
     path = module_path(ir, source)
     _ensure_file(path, source)
     module = _import(path, ir)

@@ -18,6 +18,14 @@ log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
 
 
+def default_parallel() -> bool:
+    """SHAPEC_PARALLEL=1 turns on multi-threaded numba kernels process-wide (default off)."""
+    value = os.environ.get("SHAPEC_PARALLEL", "0")
+    if value not in ("0", "1"):
+        raise ValueError(f"SHAPEC_PARALLEL={value!r}; expected 0 or 1")
+    return value == "1"
+
+
 def default_backend() -> str:
     backend = os.environ.get("SHAPEC_BACKEND", "numba")
     if backend not in BACKENDS:
@@ -122,9 +130,10 @@ class CompiledShaper:
     `load_state_dict()` carry it over a restart.
     """
 
-    def __init__(self, ir: ShaperIR | PipelineIR, backend: str):
+    def __init__(self, ir: ShaperIR | PipelineIR, backend: str, parallel: bool = False):
         self.ir = ir
         self.backend = backend
+        self.parallel = parallel and backend == "numba"
         self.stages: list[tuple[ShaperIR, dict[str, Any]]] = (
             list(ir.stages) if isinstance(ir, PipelineIR) else [(ir, {})]
         )
@@ -134,7 +143,7 @@ class CompiledShaper:
         if backend == "numba":
             from ..compiler.lower import load_kernels
 
-            self._kernels = load_kernels(ir)
+            self._kernels = load_kernels(ir, self.parallel)
 
     @property
     def name(self) -> str:
@@ -146,12 +155,13 @@ class CompiledShaper:
 
     def __repr__(self) -> str:
         kind = "pipeline" if self.is_pipeline else "shaper"
-        return f"<shapec {kind} {self.name!r} ({self.backend})>"
+        return f"<shapec {kind} {self.name!r} ({self.backend}{', parallel' if self.parallel else ''})>"
 
     def __reduce__(self):
         from ..api import _rebuild
 
-        return (_rebuild, (self.ir.source, self.ir.filename, self.name, self.backend, self.state_dict()))
+        return (_rebuild, (self.ir.source, self.ir.filename, self.name, self.backend, self.state_dict(),
+                           self.parallel))
 
     # ------------------------------------------------------------ params and state
     @property
