@@ -242,3 +242,23 @@ def test_usage_errors_exit_2(tmp_path):
     proc = cli("run", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--out", tmp_path / "o.jsonl",
                "--group-size", 4, "--group-by", "prompt_id")
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr
+
+
+def test_parallel_numba_run_matches_the_interpreter(tmp_path):
+    spec = tmp_path / "longest.shape"
+    spec.write_text("shaper longest(p: float = 0.25) requires binary produces nonneg {\n"
+                    "  input length: tokens\n  gate right = reward > 0\n"
+                    "  term longest = -p on argmax(length where right)\n  clamp >= 0\n}\n")
+    rng = np.random.default_rng(3)
+    n = 12_000  # chunks of 6,000 rows: both above the kernels' parallel threshold
+    data = write_jsonl(tmp_path / "in.jsonl", [
+        {"prompt_id": i // 12, "reward": float(rng.integers(0, 2)), "length": int(rng.integers(0, 50))}
+        for i in range(n)])
+    got = {}
+    for backend, extra in (("interpreter", ()), ("numba", ("--parallel",))):
+        out = tmp_path / f"{backend}.jsonl"
+        proc = cli("run", spec, "--data", data, "--out", out, "--backend", backend, "--chunk-rows", 6000, *extra)
+        assert proc.returncode == 0, proc.stderr
+        got[backend] = [r["reward"] for r in read_rows(out)]
+    assert got["numba"] == got["interpreter"]
+    assert sum(1 for r in got["numba"] if r == 0.75) > 500

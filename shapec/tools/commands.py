@@ -19,6 +19,8 @@ def _spec_args(p: argparse.ArgumentParser) -> None:
                    help="override one param (YAML value; STAGE.KEY for a pipeline stage); repeatable")
     p.add_argument("--backend", choices=("numba", "interpreter"),
                    help="execution backend (default: $SHAPEC_BACKEND or numba)")
+    p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="numba kernels on all cores for large chunks (default: $SHAPEC_PARALLEL or off)")
 
 
 def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -112,7 +114,7 @@ def _setup(args):
     from .spec import load_module, pick_shaper
 
     _need_file(args.config, "--config")
-    module = load_module(args.spec, args.backend)
+    module = load_module(args.spec, args.backend, args.parallel)
     shaper = pick_shaper(module, args.shaper)
     plan = build_plan(shaper, module.names(), args.config, args.sets)
     return module, shaper, plan

@@ -10,7 +10,7 @@ class ToolError(Exception):
     """A user-facing error of a CLI tool (bad spec name, bad config, bad data): exit status 1."""
 
 
-def load_module(spec: str, backend: str | None = None):
+def load_module(spec: str, backend: str | None = None, parallel: bool | None = None):
     """Compile a .shape file, or load a stdlib module by name (`nemo_rl`)."""
     from ..api import STDLIB, compile_file, load
 
@@ -18,13 +18,13 @@ def load_module(spec: str, backend: str | None = None):
     if path.suffix == ".shape" or path.exists():
         if not path.is_file():
             raise ToolError(f"{spec}: no such file")
-        return compile_file(path, backend)
+        return compile_file(path, backend, parallel)
     known = sorted(p.stem for p in STDLIB.glob("*.shape"))
     if spec not in known:
         close = difflib.get_close_matches(spec, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; stdlib modules: {', '.join(known)}"
         raise ToolError(f"{spec}: neither a .shape file nor a stdlib module{hint}")
-    return load(spec, backend)
+    return load(spec, backend, parallel)
 
 
 def pick_shaper(module, name: str | None):
