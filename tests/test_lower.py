@@ -161,24 +161,71 @@ def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
     assert lower.cache_dir() == Path.home() / ".cache" / "shapec"
 
 
-def test_second_process_hits_the_cache_without_recompiling(cache):
+def test_second_process_loads_the_compiled_extension_without_numba(cache):
     probe = '''
+        import sys
         import shapec
         from shapec.compiler import lower
         shaper = shapec.compile_str(%r, backend="numba").overlong
         out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
-        fn = shaper._kernels[0].fn
-        print(lower.STATS["written"], sum(fn.stats.cache_hits.values()), sum(fn.stats.cache_misses.values()),
-              out.rewards.tolist())
+        print(lower.STATS["written"], lower.STATS["built"], "numba" in sys.modules, out.rewards.tolist())
     ''' % OVERLONG
     first = run_python(probe, cache).split(maxsplit=3)
     (path,) = cache.glob("*.py")
-    mtime = path.stat().st_mtime_ns
+    (so,) = cache.glob("shapec_aot_overlong_*.so")
+    mtimes = path.stat().st_mtime_ns, so.stat().st_mtime_ns
     second = run_python(probe, cache).split(maxsplit=3)
-    assert first[:3] == ["1", "0", "1"]  # written, compiled
-    assert second[:3] == ["0", "1", "0"]  # nothing written, loaded from numba's cache
-    assert path.stat().st_mtime_ns == mtime
+    assert first[:3] == ["1", "1", "True"]  # written, built by numba
+    assert second[:3] == ["0", "0", "False"]  # nothing written or built; numba not even imported
+    assert (path.stat().st_mtime_ns, so.stat().st_mtime_ns) == mtimes
     assert first[3] == second[3] == "[1.0, 0.0]\n"
+
+
+def test_jit_cache_is_used_when_aot_is_off(cache, monkeypatch):
+    probe = '''
+        import shapec
+        shaper = shapec.compile_str(%r, backend="numba").overlong
+        out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
+        fn = shaper._kernels[0].fn
+        print(sum(fn.stats.cache_hits.values()), sum(fn.stats.cache_misses.values()), out.rewards.tolist())
+    ''' % OVERLONG
+    monkeypatch.setenv("SHAPEC_AOT", "0")
+    first = run_python(probe, cache).split(maxsplit=2)
+    second = run_python(probe, cache).split(maxsplit=2)
+    assert first[:2] == ["0", "1"]  # compiled
+    assert second[:2] == ["1", "0"]  # loaded from numba's cache
+    assert first[2] == second[2] == "[1.0, 0.0]\n"
+    assert not list(cache.glob("*.so"))
+
+
+def test_corrupt_extension_is_rebuilt_never_loaded(cache):
+    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
+    lower.load_kernels(ir)
+    (so,) = cache.glob("*.so")
+    good = so.read_bytes()
+    lower._MODULES.clear()
+    broken = so.with_suffix(".broken")
+    broken.write_bytes(good[: len(good) // 2])  # truncated; a new file, as the loaded one stays mapped
+    os.replace(broken, so)
+    built = lower.STATS["built"]
+    kernels = lower.load_kernels(ir)
+    assert lower.STATS["built"] == built + 1
+    assert so.read_bytes() != good[: len(good) // 2]
+    shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
+    assert shaper._kernels[0].fn is kernels[0].fn
+    assert shaper([1.0], group_size=1, channels={"length": [8]}).rewards.tolist() == [0.5]
+
+
+def test_without_a_c_compiler_kernels_fall_back_to_the_jit_cache(cache, monkeypatch, caplog):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    monkeypatch.setattr(lower, "_FELL_BACK", [])
+    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
+    kernels = lower.load_kernels(ir)
+    assert lower._FELL_BACK and "failed" in lower._FELL_BACK[0]
+    assert "JIT cache" in caplog.text
+    assert hasattr(kernels[0].fn, "stats")  # a numba dispatcher: same generated code, same results
+    shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
+    assert shaper([1.0], group_size=1, channels={"length": [8]}).rewards.tolist() == [0.5]
 
 
 def test_corrupt_cache_file_is_rebuilt(cache):
@@ -221,8 +268,9 @@ def test_changing_the_source_changes_the_key(cache):
 def test_the_key_covers_the_versions(monkeypatch):
     import numba
 
+    assert lower.numba_version() == numba.__version__  # read without importing numba
     before = lower.cache_key("same source")
-    monkeypatch.setattr(numba, "__version__", "0.0.1")
+    monkeypatch.setattr(lower, "numba_version", lambda: "0.0.1")
     assert lower.cache_key("same source") != before
     monkeypatch.undo()
     monkeypatch.setattr(shapec, "__version__", "9.9.9")

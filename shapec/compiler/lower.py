@@ -12,12 +12,17 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import importlib.machinery
+import importlib.metadata
 import importlib.util
+import logging
 import math
 import os
 import re
 import sys
+import tempfile
 import textwrap
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from .ir import CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
+
+
+log = logging.getLogger("shapec")
 
 
 class ShapecInternalError(RuntimeError):
@@ -744,7 +752,7 @@ class StageLowering:
         chunk, free = self.chunk_function(groups.text())
 
         head = Emitter()
-        head(f"@njit(SIG_{self.fname}, cache=True, error_model=\"numpy\"{PARALLEL_OPTION if self.parallel else ''})")
+        head(f"@njit(cache=True, error_model=\"numpy\"{PARALLEL_OPTION if self.parallel else ''})  # compiled for SIG_{self.fname}")
         head(f"def kernel_{self.fname}(")
         with head.indented():
             for k in range(0, len(self.args), 6):
@@ -1189,20 +1197,37 @@ def cache_dir() -> Path:
     return Path(base) / "shapec"
 
 
-def cache_key(source: str) -> str:
-    import numba
+def numba_version() -> str:
+    """Read from the package metadata: importing numba costs 0.2 s that a warm AOT load never pays."""
+    return importlib.metadata.version("numba")
 
+
+def cache_key(source: str) -> str:
     from .. import __version__
 
-    return hashlib.sha256("\0".join((source, __version__, numba.__version__)).encode()).hexdigest()
+    return hashlib.sha256("\0".join((source, __version__, numba_version(), sys.version)).encode()).hexdigest()
 
 
-STATS = {"written": 0, "imported": 0}  # cache files written and modules imported, for tests
+STATS = {"written": 0, "imported": 0, "built": 0}  # cache files written, modules imported, extensions built
 _MODULES: dict[str, object] = {}
+_FELL_BACK: list[str] = []  # why ahead-of-time builds are off in this process (logged once)
+
+
+def aot_enabled() -> bool:
+    """SHAPEC_AOT=0 keeps kernels in numba's JIT cache instead of compiled extension modules."""
+    value = os.environ.get("SHAPEC_AOT", "1")
+    if value not in ("0", "1"):
+        raise ValueError(f"SHAPEC_AOT={value!r}; expected 0 or 1")
+    return value == "1" and not _FELL_BACK
 
 
 def module_path(ir: ShaperIR | PipelineIR, source: str) -> Path:
     return cache_dir() / f"{ir.name}_{cache_key(source)[:24]}.py"
+
+
+def extension_path(path: Path) -> Path:
+    """The compiled extension module next to a generated module."""
+    return path.with_name(f"shapec_aot_{path.stem}{importlib.machinery.EXTENSION_SUFFIXES[0]}")
 
 
 def _ensure_file(path: Path, body: str) -> None:
@@ -1221,6 +1246,14 @@ def _ensure_file(path: Path, body: str) -> None:
     _MODULES.pop(str(path), None)
 
 
+def _internal_error(ir: ShaperIR | PipelineIR, path: Path, err: Exception) -> ShapecInternalError:
+    kind = "pipeline" if isinstance(ir, PipelineIR) else "shaper"
+    return ShapecInternalError(
+        f"internal error: numba could not compile {kind} {ir.name!r} from {ir.filename or '<string>'} "
+        f"(generated module {path}); this is a shapec bug, please report it. "
+        f"Use backend='interpreter' meanwhile. Cause: {type(err).__name__}: {err}")
+
+
 def _import(path: Path, ir: ShaperIR | PipelineIR):
     key = str(path)
     if key in _MODULES:
@@ -1233,14 +1266,102 @@ def _import(path: Path, ir: ShaperIR | PipelineIR):
         spec.loader.exec_module(module)
     except Exception as err:  # numba typing, lowering or any other failure: a shapec bug
         sys.modules.pop(name, None)
-        kind = "pipeline" if isinstance(ir, PipelineIR) else "shaper"
-        raise ShapecInternalError(
-            f"internal error: numba could not compile {kind} {ir.name!r} from {ir.filename or '<string>'} "
-            f"(generated module {path}); this is a shapec bug, please report it. "
-            f"Use backend='interpreter' meanwhile. Cause: {type(err).__name__}: {err}") from err
+        raise _internal_error(ir, path, err) from err
     STATS["imported"] += 1
     _MODULES[key] = module
     return module
+
+
+def _jit_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLowering]) -> list:
+    """Kernels from numba's on-disk JIT cache (compiled on a miss)."""
+    module = _import(path, ir)
+    fns = []
+    for low in stages:
+        fn = getattr(module, f"kernel_{low.fname}")
+        try:
+            fn.compile(getattr(module, f"SIG_{low.fname}"))
+        except Exception as err:
+            raise _internal_error(ir, path, err) from err
+        fns.append(fn)
+    return fns
+
+
+def _load_extension(so: Path):
+    """The extension module if it is intact (its recorded SHA-256 matches), else None."""
+    key = str(so)
+    if key in _MODULES:
+        return _MODULES[key]
+    digest = so.with_name(so.name + ".sha256")
+    try:
+        if hashlib.sha256(so.read_bytes()).hexdigest() != digest.read_text().strip():
+            return None
+        spec = importlib.util.spec_from_file_location(so.name.split(".", 1)[0], so)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (OSError, ImportError):
+        return None
+    _MODULES[key] = module
+    return module
+
+
+def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLowering], so: Path) -> bool:
+    """Compile the kernels ahead of time into a CPython extension (numba.pycc), so that a later
+    process loads them in milliseconds without importing numba. False when this machine cannot
+    (no setuptools or no C compiler): the caller then uses numba's JIT cache, the same code."""
+    module = _import(path, ir)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # pycc is "pending deprecation" in numba; see docs/lowering.md
+            from numba.pycc import CC
+        from numba import types as nt
+        from numba.core.errors import NumbaError
+    except ImportError as err:
+        _fall_back(f"numba.pycc is unavailable ({err})")
+        return False
+    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+        cc = CC(so.name.split(".", 1)[0])
+        cc.output_dir = tmp
+        returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
+        for low in stages:
+            # pycc compiles its exports with Python's error model: export a call into the
+            # kernel, which keeps NumPy's (1 / 0 is inf, not an exception)
+            names = ", ".join(a.name for a in low.args)
+            scope = {"kernel": getattr(module, f"kernel_{low.fname}")}
+            exec(f"def entry({names}):\n    return kernel({names})\n", scope)
+            cc.export(f"kernel_{low.fname}", returns(*getattr(module, f"SIG_{low.fname}")))(scope["entry"])
+        try:
+            cc.compile()
+        except NumbaError as err:
+            raise _internal_error(ir, path, err) from err
+        except Exception as err:  # compiler or linker missing or failing: not a shapec bug
+            _fall_back(f"building {so.name} failed ({type(err).__name__}: {err})")
+            return False
+        built = Path(tmp) / so.name
+        data = built.read_bytes()
+        os.replace(built, so)
+    digest = so.with_name(so.name + ".sha256")
+    digest.with_suffix(f".{os.getpid()}.tmp").write_text(hashlib.sha256(data).hexdigest())
+    os.replace(digest.with_suffix(f".{os.getpid()}.tmp"), digest)
+    STATS["built"] += 1
+    return True
+
+
+def _fall_back(reason: str) -> None:
+    if not _FELL_BACK:
+        log.warning("shapec: %s; kernels stay in numba's JIT cache (same code, slower first load)", reason)
+    _FELL_BACK.append(reason)
+
+
+def _aot_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLowering]) -> list | None:
+    so = extension_path(path)
+    module = _load_extension(so)
+    if module is None:
+        if not _build_extension(path, ir, stages, so):
+            return None
+        module = _load_extension(so)
+        if module is None:
+            raise ShapecInternalError(f"internal error: the extension just built for {ir.name!r} ({so}) does not load")
+    return [getattr(module, f"kernel_{low.fname}") for low in stages]
 
 
 @dataclass
@@ -1284,8 +1405,6 @@ class Kernel:
 
 def _getter(a: Arg, states: tuple[str, ...]):
     """A function (batch, params, state) -> this argument's array, contiguous and of its dtype."""
-    import numba
-
     key = a.key
     return {
         "rewards": lambda b, p, s: _f64(b.rewards),
@@ -1293,7 +1412,7 @@ def _getter(a: Arg, states: tuple[str, ...]):
         "offsets": lambda b, p, s: _i64(b.offsets),
         "components": lambda b, p, s: _f64(b.components) if b.components is not None else _EMPTY,
         "use_components": lambda b, p, s: b.components is not None,
-        "nthreads": lambda b, p, s: numba.get_num_threads(),
+        "nthreads": lambda b, p, s: sys.modules["numba"].get_num_threads(),  # parallel kernels are JIT: loaded
         "input": lambda b, p, s: _f64(b.inputs[key]),
         "meta": lambda b, p, s: _f64(b.metas[key]),
         "band": lambda b, p, s: _f64(b.bands[key]),
@@ -1332,5 +1451,7 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     source, stages = _lower_all(ir, parallel)
     path = module_path(ir, source)
     _ensure_file(path, source)
-    module = _import(path, ir)
-    return [Kernel(low.ir, getattr(module, f"kernel_{low.fname}"), tuple(low.args)) for low in stages]
+    fns = _aot_kernels(path, ir, stages) if not parallel and aot_enabled() else None
+    if fns is None:  # parallel kernels need numba's threading layer, which pycc cannot build
+        fns = _jit_kernels(path, ir, stages)
+    return [Kernel(low.ir, fn, tuple(low.args)) for low, fn in zip(stages, fns)]
