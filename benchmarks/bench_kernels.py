@@ -4,8 +4,9 @@ with group reductions over three channels (min/max, mean/std and median).
     python benchmarks/bench_kernels.py            # 8,192 and 1,000,000 rollouts, compile and call costs
     python benchmarks/bench_kernels.py --quick    # skip the interpreter and Python loop at 1,000,000
 
-Not part of the test suite. numba runs single-threaded (the kernels use no prange), so every
-figure is one core. Results go in docs/performance.md under "Kernels".
+Not part of the test suite. Every figure is one core except "parallel call", the same spec
+compiled with parallel=True on all of numba's threads (NUMBA_NUM_THREADS, default: every core).
+Results go in docs/performance.md under "Kernels".
 """
 
 from __future__ import annotations
@@ -97,32 +98,33 @@ def machine() -> str:
             f"numba {numba.__version__}, NumPy {np.__version__}")
 
 
-def subprocess_load(cache_dir: str) -> tuple[float, float]:
-    """(seconds from process start to a loaded shaper, seconds for the load alone) in a new process."""
+def subprocess_load(cache_dir: str, aot: bool = True) -> tuple[float, float, bool]:
+    """In a new process: (seconds from start to a loaded shaper, seconds for the load after
+    `import shapec`, whether numba got imported)."""
     code = textwrap.dedent(f"""
-        import time
+        import sys, time
         start = time.perf_counter()
-        import numba, shapec
+        import shapec
         t = time.perf_counter()
         shaper = shapec.compile_str({SPEC!r}, backend="numba").three_channels
         done = time.perf_counter()
-        print(done - start, done - t)
+        print(done - start, done - t, "numba" in sys.modules)
     """)
-    t0 = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "SHAPEC_CACHE_DIR": cache_dir, "NUMBA_NUM_THREADS": "1"})
-    wall = time.perf_counter() - t0
-    inside, load = map(float, out.stdout.split())
-    return wall, load
+    env = {**os.environ, "SHAPEC_CACHE_DIR": cache_dir, "NUMBA_NUM_THREADS": "1", "SHAPEC_AOT": "1" if aot else "0"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    inside, load, numba_loaded = out.stdout.split()
+    return float(inside), float(load), numba_loaded == "True"
 
 
-def throughput(shaper_nb, shaper_in, n: int, group_size: int, slow: bool) -> dict:
+def throughput(shaper_nb, shaper_par, shaper_in, n: int, group_size: int, slow: bool) -> dict:
     rewards, channels = make_batch(n, group_size)
     offsets = list(range(0, n + 1, group_size))
     kw = dict(group_size=group_size, channels=channels, params=PARAMS)
     shaped = shaper_nb(rewards, **kw).rewards
     row = {"n": n}
     row["kernel_call"] = best_of(lambda: shaper_nb(rewards, **kw), 5)
+    assert np.array_equal(shaper_par(rewards, **kw).rewards, shaped)
+    row["parallel_call"] = best_of(lambda: shaper_par(rewards, **kw), 5)
     # the kernel alone, on arguments prepared once
     from shapec.runtime.batch import make_batch as mk
     from shapec.runtime.params import param_arrays
@@ -148,20 +150,24 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip the slow backends at 1,000,000 rollouts")
     args = ap.parse_args()
-    os.environ.setdefault("NUMBA_NUM_THREADS", "1")
-    print(machine())
+    print(machine(), f"numba threads for the parallel kernel: {os.environ.get('NUMBA_NUM_THREADS', os.cpu_count())}")
 
-    with tempfile.TemporaryDirectory() as cache_dir:
-        cold_wall, cold_load = subprocess_load(cache_dir)
-        warm_wall, warm_load = subprocess_load(cache_dir)
+    with tempfile.TemporaryDirectory() as cache_dir, tempfile.TemporaryDirectory() as jit_dir:
+        cold_wall, cold_load, _ = subprocess_load(cache_dir)
+        warm_wall, warm_load, warm_numba = subprocess_load(cache_dir)
+        jit_cold_wall, jit_cold, _ = subprocess_load(jit_dir, aot=False)
+        jit_wall, jit_load, _ = subprocess_load(jit_dir, aot=False)
         os.environ["SHAPEC_CACHE_DIR"] = cache_dir
         import shapec
 
         shaper_nb = shapec.compile_str(SPEC, backend="numba").three_channels
         shaper_in = shapec.compile_str(SPEC, backend="interpreter").three_channels
-        print(f"cold compile (empty cache, new process): {cold_load:.2f} s load, {cold_wall:.2f} s process")
-        print(f"warm load (cache hit, new process):      {warm_load:.3f} s load after `import numba, shapec`, "
-              f"{warm_wall:.2f} s process incl. interpreter start-up and imports")
+        shaper_par = shapec.compile_str(SPEC, backend="numba", parallel=True).three_channels
+        print(f"cold compile (empty cache, new process): {cold_load:.2f} s ahead-of-time extension, "
+              f"{jit_cold:.2f} s numba JIT (SHAPEC_AOT=0)")
+        print(f"warm load (cache hit, new process):      {warm_load:.3f} s after `import shapec` "
+              f"(numba imported: {'yes' if warm_numba else 'no'}), {warm_wall:.3f} s from process start "
+              f"including imports; JIT cache: {jit_load:.3f} s, {jit_wall:.3f} s")
 
         tiny_r, tiny_c = make_batch(4, 4)
         kw = dict(group_size=4, channels=tiny_c, params=PARAMS)
@@ -175,13 +181,14 @@ def main() -> None:
         print(f"per-call overhead (1 group of 4, full CompiledShaper call): {per_call * 1e6:.1f} us")
 
         for n, slow in ((8192, True), (1_000_000, not args.quick)):
-            row = throughput(shaper_nb, shaper_in, n, 16, slow)
+            row = throughput(shaper_nb, shaper_par, shaper_in, n, 16, slow)
             print(f"\n{n:,} rollouts ({n // 16:,} groups of 16)")
-            for key in ("kernel_only", "kernel_call", "interpreter", "python_loop"):
+            for key in ("kernel_only", "kernel_call", "parallel_call", "interpreter", "python_loop"):
                 if key in row:
                     print(f"  {key:12s} {row[key] * 1e3:10.2f} ms  {n / row[key] / 1e6:10.2f} M rollouts/s")
             if slow:
-                print(f"  kernel call vs Python loop: {row['python_loop'] / row['kernel_call']:.0f}x; "
+                print(f"  kernel call vs Python loop: {row['python_loop'] / row['kernel_call']:.0f}x "
+                      f"(parallel {row['python_loop'] / row['parallel_call']:.0f}x); "
                       f"vs interpreter: {row['interpreter'] / row['kernel_call']:.0f}x")
 
 

@@ -1,7 +1,8 @@
 """NeMo-RL length penalties on 512 groups x 16 rollouts, all eight algorithms on, lengths in characters.
 
 Times three things in one process:
-  array    the compiled stdlib shaper on prepared arrays (numba backend unless SHAPEC_BACKEND says otherwise)
+  array    the compiled stdlib shaper on prepared arrays (numba backend unless SHAPEC_BACKEND says otherwise),
+           one core, and compiled with parallel=True on all of numba's threads
   drop-in  shapec.compat.nemo_rl.apply_group_length_penalties on NeMo-Gym result dicts (text extraction included)
   python   a plain-Python implementation of the same algorithm, written below, as the baseline
 
@@ -191,7 +192,8 @@ def main() -> None:
 
     cfg = nemo_rl.LengthPenaltyConfig.model_validate(CONFIG)
     params = nemo_rl.default_params(cfg, {})
-    shaper = nemo_rl.length_penalty_shaper()
+    shaper = nemo_rl.length_penalty_shaper(parallel=False)
+    parallel = nemo_rl.length_penalty_shaper(parallel=True)
 
     # the array path: the same arrays the drop-in builds, prepared once
     n = len(results)
@@ -206,6 +208,9 @@ def main() -> None:
     def array_path():
         return shaper(rewards, group_size=args.size, channels=channels, metadata=metadata, params=shaper_params)
 
+    def array_parallel():
+        return parallel(rewards, group_size=args.size, channels=channels, metadata=metadata, params=shaper_params)
+
     def drop_in():
         return nemo_rl.apply_group_length_penalties(results, cfg, args.size)
 
@@ -218,16 +223,19 @@ def main() -> None:
     drop_in()
     shaped = [r["full_result"]["reward"] for r in results]
     assert np.allclose(got, expected, rtol=0, atol=1e-12), "array path disagrees with the baseline"
+    assert np.array_equal(array_parallel().rewards, got), "the parallel kernel disagrees with the sequential one"
     assert np.allclose(shaped, expected, rtol=0, atol=1e-12), "drop-in disagrees with the baseline"
     adjusted = sum(a != b for a, b in zip(expected, original))
 
     t_array = best_of(array_path, args.repeat * 10)
+    t_parallel = best_of(array_parallel, args.repeat * 10)
     t_drop = best_of(drop_in, args.repeat, reset)
     t_py = best_of(baseline, max(3, args.repeat // 4), reset)
     print(f"machine: {platform.processor() or platform.machine()}, {platform.python_implementation()} "
           f"{platform.python_version()}, numpy {np.__version__}, backend {shaper.backend}")
     print(f"batch: {args.groups} groups x {args.size} rollouts = {n} rows, {adjusted} rewards adjusted")
     print(f"array path      {t_array * 1e3:9.3f} ms")
+    print(f"array, parallel {t_parallel * 1e3:9.3f} ms ({parallel.backend}, parallel={parallel.parallel})")
     print(f"drop-in         {t_drop * 1e3:9.3f} ms")
     print(f"python baseline {t_py * 1e3:9.3f} ms")
     print(f"baseline / array   {t_py / t_array:8.1f}x")

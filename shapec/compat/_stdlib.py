@@ -5,14 +5,15 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..api import load
-from ..runtime.shaper import CompiledShaper, default_backend
+from ..runtime.shaper import CompiledShaper, default_backend, default_parallel
 
 
-def stdlib_shaper(module: str, name: str, backend: str | None = None) -> CompiledShaper:
-    """`load(module)[name]` on `backend` (default: SHAPEC_BACKEND), shared by every caller."""
-    return _compiled(module, name, backend or default_backend())
+def stdlib_shaper(module: str, name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledShaper:
+    """`load(module)[name]` on `backend` (default: SHAPEC_BACKEND) with `parallel` (default:
+    SHAPEC_PARALLEL), shared by every caller."""
+    return _compiled(module, name, backend or default_backend(), default_parallel() if parallel is None else parallel)
 
 
 @lru_cache(maxsize=None)
-def _compiled(module: str, name: str, backend: str) -> CompiledShaper:
-    return load(module, backend=backend)[name]
+def _compiled(module: str, name: str, backend: str, parallel: bool) -> CompiledShaper:
+    return load(module, backend=backend, parallel=parallel)[name]

@@ -206,11 +206,12 @@ def _row_band(block: Any) -> tuple[float, float, float, float]:
 _NON_BINARY_WARNED_AGENTS: set[str] = set()
 
 
-def length_penalty_shaper(backend: str | None = None):
-    """The compiled stdlib `nemo_rl.length_penalty`, compiled once per backend (default: SHAPEC_BACKEND)."""
+def length_penalty_shaper(backend: str | None = None, parallel: bool | None = None):
+    """The compiled stdlib `nemo_rl.length_penalty`, compiled once per backend (default: SHAPEC_BACKEND)
+    and parallel option (default: SHAPEC_PARALLEL)."""
     from ._stdlib import stdlib_shaper
 
-    return stdlib_shaper("nemo_rl", "length_penalty", backend)
+    return stdlib_shaper("nemo_rl", "length_penalty", backend, parallel)
 
 
 def _param_columns(per_group: list[dict[str, Any]], bands: dict[str, tuple]) -> dict[str, Any]:

@@ -308,26 +308,6 @@ def red_argmax(buf, ibuf, k, extra):
 
 
 @njit(error_model="numpy", cache=True)
-def red_median(buf, ibuf, k, extra):
-    if not k_usable(buf, k):
-        return nan
-    k_sort(buf, k)
-    return k_sorted_median(buf, k)
-
-
-@njit(error_model="numpy", cache=True)
-def red_mad(buf, ibuf, k, extra):
-    if not k_usable(buf, k):
-        return nan
-    k_sort(buf, k)
-    med = k_sorted_median(buf, k)
-    for t in range(k):
-        buf[t] = abs(buf[t] - med)
-    k_sort(buf, k)
-    return k_sorted_median(buf, k)
-
-
-@njit(error_model="numpy", cache=True)
 def red_std(buf, ibuf, k, extra):
     """Sample standard deviation (ddof 1), two sequential passes."""
     if not k_usable(buf, k) or k < 2:
@@ -341,14 +321,41 @@ def red_std(buf, ibuf, k, extra):
 
 
 @njit(error_model="numpy", cache=True)
-def red_quantile(buf, ibuf, k, q):
+def srt_median(s, tmp, k, extra):
+    """The order statistics below read a selection already sorted by k_sort."""
+    if not k_usable(s, k):
+        return nan
+    return k_sorted_median(s, k)
+
+
+@njit(error_model="numpy", cache=True)
+def srt_mad(s, tmp, k, extra):
+    """Median of |x - median|: merging outwards from the median yields the deviations in
+    increasing order (med - x is exactly |x - med| below it), so no second sort."""
+    if not k_usable(s, k):
+        return nan
+    med = k_sorted_median(s, k)
+    b = 0
+    while b < k and s[b] < med:
+        b += 1
+    a = b - 1
+    for t in range(k):
+        if a >= 0 and (b >= k or med - s[a] <= s[b] - med):
+            tmp[t] = med - s[a]
+            a -= 1
+        else:
+            tmp[t] = s[b] - med
+            b += 1
+    return k_sorted_median(tmp, k)
+
+
+@njit(error_model="numpy", cache=True)
+def srt_quantile(s, tmp, k, q):
     """Linear interpolation between the order statistics around q * (k - 1)."""
-    if not k_usable(buf, k):
+    if not k_usable(s, k):
         return nan
     if isnan(q) or q < 0.0 or q > 1.0:
         return nan
-    k_sort(buf, k)
-    s = buf
     pos = q * (k - 1)
     lo = int(np.floor(pos))
     hi = min(lo + 1, k - 1)
@@ -356,13 +363,12 @@ def red_quantile(buf, ibuf, k, q):
 
 
 @njit(error_model="numpy", cache=True)
-def red_nth_largest(buf, ibuf, k, i):
-    if not k_usable(buf, k):
+def srt_nth_largest(s, tmp, k, i):
+    if not k_usable(s, k):
         return nan
     if isnan(i) or i < 0.0 or i >= k:
         return nan
-    k_sort(buf, k)
-    return buf[k - 1 - int(i)]
+    return s[k - 1 - int(i)]
 '''
 
 CMP_CODES = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
@@ -372,6 +378,7 @@ UNARY_CALLS = {
     "missing": "k_flag(isnan({}))", "present": "k_flag(not isnan({}))",
 }
 ROLLOUT_VALUED = ("minmax", "centered")
+SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
 
 
 @dataclass(frozen=True)
@@ -654,35 +661,75 @@ class StageLowering:
             return f"for j in range({off}[g], {off}[g + 1]):", "j", "item", f"j - {off}[g]"
         return "for i in range(s, e):", "i", "rollout", "i - s"
 
+    def selection(self, node: Node, scope: Scope) -> tuple[str, str, str]:
+        """(values, indices, count) of a reduction's selection in this group.
+
+        Reductions over the same values and mask share one copy per group, kept in a buffer of
+        its own; the order statistics share one sorted copy. A selection read once uses buf.
+        """
+        op, over = node.attr
+        arg, mask = node.args[:2]
+        key = _selection_key(node)
+        if key in scope.names:
+            return scope.names[key]
+        o = self.out
+        ops = self.selection_ops[key]
+        if len(ops) > 1:
+            number = self.selection_names.setdefault(key, len(self.selection_names))
+            vals, idx, k = f"sel{number}", f"isel{number}", f"ksel{number}"
+            self.alloc_scratch(vals, "np.empty(width)")
+        else:
+            vals, idx, k = "buf", "ibuf", "k"
+        indexed = "argmin" in ops or "argmax" in ops
+        if not indexed:
+            idx = "ibuf"  # passed along, never read
+        elif vals != "buf":
+            self.alloc_scratch(idx, "np.zeros(width, np.int64)")
+        header, _, ctx, local = self.select_loop(over)
+        o(f"# selection for {'/'.join(sorted(set(ops)))} "
+          f"({'items of ' + over if over else 'rollouts'}{', sorted' if key[3] else ''})")
+        o(f"{k} = 0")
+        o(header)
+        with o.indented():
+            # branch-free selection: write every value, advance past the selected ones only
+            o(f"{vals}[{k}] = {self.ex(arg, ctx, scope)}")
+            if indexed:
+                o(f"{idx}[{k}] = {local}")
+            unmasked = mask.op == "const" and mask.attr == 1.0
+            o(f"{k} += 1" if unmasked else f"{k} += {self.ex(mask, ctx, scope)} == 1.0")
+        if key[3]:
+            o(f"k_sort({vals}, {k})")
+        if vals != "buf":
+            scope.names[key] = (vals, idx, k)
+        return vals, idx, k
+
+    def alloc_scratch(self, name: str, init: str) -> None:
+        """A group-sized buffer in the function being emitted (the chunk function or the kernel)."""
+        lines = self.chunk_arrays if self.in_chunk else self.arrays
+        line = f"{name} = {init}"
+        if line not in lines:
+            lines.append(line)
+
     def emit_reduce(self, node: Node, scope: Scope) -> None:
         o = self.out
         op, over = node.attr
         arg, mask, *extras = node.args
         header, var, ctx, local = self.select_loop(over)
         name = self.fresh("r")
-        o(f"# {op}({'items of ' + over if over else 'rollouts'})")
-        o("k = 0")
-        o(header)
-        with o.indented():
-            # branch-free selection: write every value, advance past the selected ones only
-            o(f"buf[k] = {self.ex(arg, ctx, scope)}")
-            if op in ("argmin", "argmax"):
-                o(f"ibuf[k] = {local}")
-            unmasked = mask.op == "const" and mask.attr == 1.0
-            o("k += 1" if unmasked else f"k += {self.ex(mask, ctx, scope)} == 1.0")
+        vals, idx, k = self.selection(node, scope)
         if op in ROLLOUT_VALUED:
             storage = f"item:{over}" if over else ("rollout" if node.key() in self.stored else "local")
             self.alloc(storage, name)
             target = self.read(storage, name, ctx)
             value = self.ex(arg, ctx, scope)
             if op == "minmax":
-                o("lo_ = red_min(buf, ibuf, k, 0.0)")
-                o("hi_ = red_max(buf, ibuf, k, 0.0)")
+                o(f"lo_ = red_min({vals}, {idx}, {k}, 0.0)")
+                o(f"hi_ = red_max({vals}, {idx}, {k}, 0.0)")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
             else:
-                o("mean_ = red_mean(buf, ibuf, k, 0.0)")
+                o(f"mean_ = red_mean({vals}, {idx}, {k}, 0.0)")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(mean_) else {value} - mean_")
@@ -691,13 +738,14 @@ class StageLowering:
                 self.stored[node.key()] = target
             return
         extra = self.ex(extras[0], "group", scope) if extras else "0.0"
+        call = f"srt_{op}({vals}, tbuf, {k}, {extra})" if op in SORTED_OPS else f"red_{op}({vals}, {idx}, {k}, {extra})"
         if node.key() in self.stored:
             self.alloc("group", name)
-            o(f"{name}[g] = red_{op}(buf, ibuf, k, {extra})")
+            o(f"{name}[g] = {call}")
             scope.names[node.key()] = f"{name}[g]"
             self.stored[node.key()] = f"{name}[g]"
         else:
-            o(f"{name} = red_{op}(buf, ibuf, k, {extra})")
+            o(f"{name} = {call}")
             scope.names[node.key()] = name
 
     def emit_breduce(self, node: Node, scope: Scope) -> None:
@@ -730,6 +778,12 @@ class StageLowering:
         self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in _walk(m) if n.op == "ref" and n.attr[0] == "var"}
         self.stored: dict[tuple, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
+        self.selection_ops: dict[tuple, list[str]] = {}  # selection -> the reductions reading it
+        self.selection_names: dict[tuple, int] = {}
+        reductions = {n.key(): n for node in _steps_nodes(ir) for n in _walk(node) if n.op == "reduce"}
+        for n in reductions.values():
+            self.selection_ops.setdefault(_selection_key(n), []).append(n.attr[0])
+        self.in_chunk = False
         for k, t in enumerate(ir.terms):
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
@@ -743,7 +797,9 @@ class StageLowering:
         groups = Emitter()
         groups.depth = 1
         self.out = groups
+        self.in_chunk = True
         self.lower_groups()
+        self.in_chunk = False
         after = Emitter()
         after.depth = 1
         self.out = after
@@ -781,6 +837,8 @@ class StageLowering:
                 head("buf = np.empty(width)")
             if "ibuf" in scratch_used:
                 head("ibuf = np.zeros(width, np.int64)")
+            if "tbuf" in scratch_used:
+                head("tbuf = np.empty(width)")
             if "bbuf" in scratch_used:
                 head("bbuf = np.empty(n)")
             for k, (name, _) in enumerate(ir.states):
@@ -802,8 +860,11 @@ class StageLowering:
         head.depth = 1
         head("bad_i = -1")
         head("bad_g = -1")
-        head("buf = np.empty(width)")
-        head("ibuf = np.zeros(width, np.int64)")
+        used = _names(groups)
+        for scratch, init in (("buf", "np.empty(width)"), ("ibuf", "np.zeros(width, np.int64)"),
+                              ("tbuf", "np.empty(width)")):
+            if scratch in used:
+                head(f"{scratch} = {init}")
         head("tot = np.zeros(width)  # the group's term sums")
         head("run = np.zeros(width)  # the group's running rewards")
         head("base = np.zeros(width)  # the reward entering the factors: they apply where it is > 0")
@@ -1122,6 +1183,12 @@ PARALLEL_OPTION = (', parallel={"prange": True, "comprehension": False, "reducti
 _IMPORTS = ("np", "inf", "isnan", "nan", "njit", "nt", "prange")
 MODULE_NAMES = frozenset((*_IMPORTS, *dir(builtins),
                           *(b.split("def ", 1)[1].split("(", 1)[0] for b in HELPERS.split("\n\n\n") if "def " in b)))
+
+
+def _selection_key(node: Node) -> tuple:
+    """What a reduction reads: its values, its mask, the list it runs over, and whether sorted."""
+    op, over = node.attr
+    return (node.args[0].key(), node.args[1].key(), over, op in SORTED_OPS)
 
 
 def _names_by_context(code: str) -> tuple[set[str], set[str]]:
