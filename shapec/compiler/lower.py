@@ -1093,15 +1093,74 @@ class StageLowering:
                 o("decided = True")
         o(f"gates[{self.gate_index[step.name]}, g] = gcode")
 
+    def guarded(self, step: Step, scope: Scope, body, off) -> None:
+        """Emit body() only for groups where every group-level conjunct of `when` is 1, else off().
+
+        A conjunct that is 0 or missing makes the whole `when` not 1 (three-valued `and` is
+        symmetric), so the statement cannot apply anywhere in the group: its reductions (sorts
+        included) are skipped. Values hoisted inside the guard leave the scope with it, and a
+        statement whose reductions a metric reads is never guarded.
+        """
+        conds = self.group_conjuncts(step.when)
+        stored = any(n.key() in self.stored for x in (step.expr, step.on, step.when) if x is not None
+                     for n in _walk(x))
+        if not conds or stored:
+            body()
+            return
+        o = self.out
+        saved = dict(scope.names)
+        o("guard = True  # the group-level conditions of `when`, cheapest first, while they hold")
+        for cond in conds:
+            o("if guard:")
+            with o.indented():
+                self.hoist(cond, scope, "group")
+                o(f"guard = {self.ex(cond, 'group', scope)} == 1.0")
+        o("if guard:")
+        with o.indented():
+            body()
+        o("else:")
+        with o.indented():
+            off()
+        scope.names = saved
+
+    def group_conjuncts(self, when: Node | None) -> list[Node]:
+        """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
+        if when is None:
+            return []
+        out: list[Node] = []
+
+        def flatten(n: Node) -> None:
+            if n.op == "and":
+                flatten(n.args[0])
+                flatten(n.args[1])
+            else:
+                out.append(n)
+
+        flatten(when)
+        group = [c for c in out if c.ty.level <= GROUP and not c.ty.items]
+        return sorted(group, key=lambda c: any(n.op in ("reduce", "breduce") for n in _walk(c)))
+
     def step_term(self, step: Step, scope: Scope) -> None:
         o = self.out
         k = self.ir.terms.index(step.name)
-        (value,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
-        o("for i in range(s, e):")
-        with o.indented():
-            o(f"x = {value}")
-            o(f"terms[{k}, i] = x if {self.applies(step, scope)}not isnan(x) else 0.0")
-            o(f"tot[i - s] = {'tot[i - s] + ' if self.has_terms else ''}terms[{k}, i]")
+        total = "tot[i - s] + " if self.has_terms else ""
+
+        def body():
+            (value,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"x = {value}")
+                o(f"terms[{k}, i] = x if {self.applies(step, scope)}not isnan(x) else 0.0")
+                o(f"tot[i - s] = {total}terms[{k}, i]")
+
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"terms[{k}, i] = 0.0")
+                if not total:
+                    o("tot[i - s] = 0.0")
+
+        self.guarded(step, scope, body, off)
         self.has_terms = True
 
     def start_running(self) -> None:
@@ -1111,27 +1170,49 @@ class StageLowering:
 
     def step_clamp(self, step: Step, scope: Scope) -> None:
         o = self.out
-        (lo,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
-        o("for i in range(s, e):")
-        with o.indented():
-            self.start_running()
-            o(f"lo = {lo}")
-            o(f"run[i - s] = lo if {self.applies(step, scope)}not isnan(lo) and run[i - s] < lo else run[i - s]")
+
+        def body():
+            (lo,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+            o("for i in range(s, e):")
+            with o.indented():
+                self.start_running()
+                o(f"lo = {lo}")
+                o(f"run[i - s] = lo if {self.applies(step, scope)}not isnan(lo) and run[i - s] < lo else run[i - s]")
+
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                self.start_running() if self.first_running else o("pass")
+
+        self.guarded(step, scope, body, off)
         self.first_running = False
 
     def step_factor(self, step: Step, scope: Scope) -> None:
         o = self.out
         k = self.ir.factors.index(step.name)
-        (m,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
-        o("for i in range(s, e):")
-        with o.indented():
+
+        def preamble():
             self.start_running()
             if self.first_factor:
                 o("base[i - s] = run[i - s]")
-            o(f"m = {m}")
-            o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
-            o(f"factors[{k}, i] = m if applied else 1.0")
-            o("run[i - s] = run[i - s] * m if applied else run[i - s]")
+
+        def body():
+            (m,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+            o("for i in range(s, e):")
+            with o.indented():
+                preamble()
+                o(f"m = {m}")
+                o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
+                o(f"factors[{k}, i] = m if applied else 1.0")
+                o("run[i - s] = run[i - s] * m if applied else run[i - s]")
+
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                preamble()
+                o(f"factors[{k}, i] = 1.0")
+
+        self.guarded(step, scope, body, off)
         self.first_running = False
         self.first_factor = False
 
