@@ -173,6 +173,7 @@ def test_second_process_loads_the_compiled_extension_without_numba(cache):
     first = run_python(probe, cache).split(maxsplit=3)
     (path,) = cache.glob("*.py")
     (so,) = cache.glob("shapec_aot_overlong_*.so")
+    assert f"_{lower.host_fingerprint()}." in so.name  # compiled for this CPU, as numba's JIT would
     mtimes = path.stat().st_mtime_ns, so.stat().st_mtime_ns
     second = run_python(probe, cache).split(maxsplit=3)
     assert first[:3] == ["1", "1", "True"]  # written, built by numba

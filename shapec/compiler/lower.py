@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import hashlib
 import importlib.machinery
 import importlib.metadata
@@ -18,6 +19,7 @@ import importlib.util
 import logging
 import math
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -1373,9 +1375,26 @@ def module_path(ir: ShaperIR | PipelineIR, source: str) -> Path:
     return cache_dir() / f"{ir.name}_{cache_key(source)[:24]}.py"
 
 
+@functools.lru_cache(maxsize=None)
+def host_fingerprint() -> str:
+    """This machine's CPU: extensions are compiled for it, so a cache directory shared between
+    machines (an NFS home) never hands one CPU's machine code to another."""
+    text = platform.machine() + platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    text += line
+                elif not line.strip():
+                    break  # the first processor describes them all
+    except OSError:
+        pass
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
 def extension_path(path: Path) -> Path:
-    """The compiled extension module next to a generated module."""
-    return path.with_name(f"shapec_aot_{path.stem}{importlib.machinery.EXTENSION_SUFFIXES[0]}")
+    """The compiled extension module next to a generated module, for this CPU."""
+    return path.with_name(f"shapec_aot_{path.stem}_{host_fingerprint()}{importlib.machinery.EXTENSION_SUFFIXES[0]}")
 
 
 def _ensure_file(path: Path, body: str) -> None:
@@ -1469,6 +1488,7 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         cc = CC(so.name.split(".", 1)[0])
         cc.output_dir = tmp
+        cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
         returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
         for low in stages:
             # pycc compiles its exports with Python's error model: export a call into the
