@@ -122,9 +122,10 @@ def throughput(shaper_nb, shaper_par, shaper_in, n: int, group_size: int, slow: 
     kw = dict(group_size=group_size, channels=channels, params=PARAMS)
     shaped = shaper_nb(rewards, **kw).rewards
     row = {"n": n}
-    row["kernel_call"] = best_of(lambda: shaper_nb(rewards, **kw), 5)
+    repeat = 50 if n <= 100_000 else 5
+    row["kernel_call"] = best_of(lambda: shaper_nb(rewards, **kw), repeat)
     assert np.array_equal(shaper_par(rewards, **kw).rewards, shaped)
-    row["parallel_call"] = best_of(lambda: shaper_par(rewards, **kw), 5)
+    row["parallel_call"] = best_of(lambda: shaper_par(rewards, **kw), repeat)
     # the kernel alone, on arguments prepared once
     from shapec.runtime.batch import make_batch as mk
     from shapec.runtime.params import param_arrays
@@ -133,7 +134,7 @@ def throughput(shaper_nb, shaper_par, shaper_in, n: int, group_size: int, slow: 
     batch = mk(None, rewards, group_size=group_size, channels=channels, inputs_needed=ir.inputs)
     params = param_arrays(ir, PARAMS, batch.groups)
     kernel = shaper_nb._kernels[0]
-    row["kernel_only"] = best_of(lambda: kernel.run(batch, params, {}, True), 5)
+    row["kernel_only"] = best_of(lambda: kernel.run(batch, params, {}, True), repeat)
     if slow:
         row["interpreter"] = best_of(lambda: shaper_in(rewards, **kw), 1 if n > 100_000 else 3)
         lists = [rewards.tolist(), offsets, channels["reasoning"].tolist(), channels["answer"].tolist(),
