@@ -30,7 +30,10 @@ OVERLONG = textwrap.dedent('''
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    """A fresh, empty kernel cache directory, and no module remembered from earlier tests."""
+    """A fresh, empty kernel cache directory, and no module remembered from earlier tests.
+
+    Only for tests about the cache itself: building a kernel costs seconds, so the others share
+    the session's cache."""
     monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
     monkeypatch.setattr(lower, "_MODULES", {})
     return tmp_path / "kernels"
@@ -45,7 +48,7 @@ def run_python(code: str, cache_dir: Path) -> str:
 
 
 # ------------------------------------------------------------------ results
-def test_overlong_by_hand(cache):
+def test_overlong_by_hand():
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     out = shaper([1, 1, 1, 0], group_size=2, channels={"length": [5, 8, 12, 10]})
     # start = 10 - 4 = 6: length 5 -> 0; 8 -> (6 - 8) / 4 = -0.5; 12 -> -1; 10 -> (6 - 10) / 4 = -1
@@ -61,7 +64,7 @@ def test_nemo_rl_doc_example_on_numba():
     assert out.rewards.tolist() == [1.0, 0.8, 0.0]
 
 
-def test_per_group_params_and_ragged_groups(cache):
+def test_per_group_params_and_ragged_groups():
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     out = shaper([1, 1, 1, 1], offsets=[0, 1, 1, 4], channels={"length": [8, 8, 8, 20]},
                  params={"limit": [10, 20, 12], "cache": 4})
@@ -69,7 +72,7 @@ def test_per_group_params_and_ragged_groups(cache):
     assert out.terms["penalty"].tolist() == [-0.5, 0.0, 0.0, -1.0]
 
 
-def test_non_finite_reward_raises_like_the_interpreter(cache):
+def test_non_finite_reward_raises_like_the_interpreter():
     src = 'shaper ratio() produces real {\n  input length: tokens\n  term r = 1 / float(length)\n}\n'
     errors = []
     for backend in ("interpreter", "numba"):
@@ -81,7 +84,7 @@ def test_non_finite_reward_raises_like_the_interpreter(cache):
     assert "rollout 1 (group 1)" in errors[1]
 
 
-def test_parallel_kernel_reports_the_first_non_finite_reward_across_chunks(cache):
+def test_parallel_kernel_reports_the_first_non_finite_reward_across_chunks():
     src = 'shaper ratio() produces real {\n  input length: tokens\n  term r = 1 / float(length)\n}\n'
     shaper = shapec.compile_str(src, backend="numba", parallel=True).ratio
     n = 4 * lower.PARALLEL_MIN_ROLLOUTS
@@ -93,7 +96,7 @@ def test_parallel_kernel_reports_the_first_non_finite_reward_across_chunks(cache
     np.testing.assert_array_equal(ok.rewards, 1 + 1 / np.arange(1, n + 1))
 
 
-def test_parallel_is_an_option_and_an_environment_variable(cache, monkeypatch):
+def test_parallel_is_an_option_and_an_environment_variable(monkeypatch):
     monkeypatch.setenv("SHAPEC_PARALLEL", "1")
     shaper = shapec.compile_str(OVERLONG).overlong
     assert shaper.parallel and "parallel" in repr(shaper)
@@ -107,7 +110,7 @@ def test_parallel_is_an_option_and_an_environment_variable(cache, monkeypatch):
         shapec.compile_str(OVERLONG)
 
 
-def test_validation_mode_passes_rewards_through(cache):
+def test_validation_mode_passes_rewards_through():
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     out = shaper([1, 0], group_size=2, channels={"length": [20, 20]}, training=False)
     assert out.rewards.tolist() == [1.0, 0.0]
@@ -308,7 +311,7 @@ STATEFUL = textwrap.dedent('''
 ''')
 
 
-def test_pickled_numba_shaper_gives_identical_results_and_keeps_state(cache):
+def test_pickled_numba_shaper_gives_identical_results_and_keeps_state():
     shaper = shapec.compile_str(STATEFUL, backend="numba").running
     batch = dict(group_size=2, channels={"correct": [1, 1, 1, 0], "length": [10, 30, 20, 5]})
     shaper([1, 1, 1, 0], **batch)
@@ -323,7 +326,7 @@ def test_pickled_numba_shaper_gives_identical_results_and_keeps_state(cache):
     assert clone.state_dict() == shaper.state_dict() == {"running": {"best": 0.75}}
 
 
-def test_pickled_numba_shaper_runs_in_another_process(cache, tmp_path):
+def test_pickled_numba_shaper_runs_in_another_process(tmp_path):
     shaper = shapec.compile_str(STATEFUL, backend="numba").running
     batch = dict(group_size=2, channels={"correct": [1, 1, 1, 0], "length": [10, 30, 20, 5]})
     expected = shaper([1, 1, 1, 0], **batch)
@@ -334,7 +337,7 @@ def test_pickled_numba_shaper_runs_in_another_process(cache, tmp_path):
         shaper = pickle.loads(open({str(tmp_path / "shaper.pkl")!r}, "rb").read())
         out = shaper([1, 1, 1, 0], group_size=2, channels={{"correct": [1, 1, 1, 0], "length": [10, 30, 20, 5]}})
         print(shaper.backend, out.rewards.tolist(), shaper.state_dict())
-    ''', cache)
+    ''', lower.cache_dir())
     assert out == f"numba {expected.rewards.tolist()} {{'running': {{'best': 0.75}}}}\n"
     # group 0: shortest correct 10, so 30 tokens pay 0.001 * 20; group 1: the only correct one pays 0
     np.testing.assert_allclose(expected.rewards, [1.0, 1.0 - 0.001 * 20, 1.0, 0.0], rtol=0, atol=1e-15)
