@@ -1485,33 +1485,40 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
     except ImportError as err:
         _fall_back(f"numba.pycc is unavailable ({err})")
         return False
-    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
-        cc = CC(so.name.split(".", 1)[0])
-        cc.output_dir = tmp
-        cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
-        returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
-        for low in stages:
-            # pycc compiles its exports with Python's error model: export a call into the
-            # kernel, which keeps NumPy's (1 / 0 is inf, not an exception)
-            names = ", ".join(a.name for a in low.args)
-            scope = {"kernel": getattr(module, f"kernel_{low.fname}")}
-            exec(f"def entry({names}):\n    return kernel({names})\n", scope)
-            cc.export(f"kernel_{low.fname}", returns(*getattr(module, f"SIG_{low.fname}")))(scope["entry"])
-        try:
-            cc.compile()
-        except NumbaError as err:
-            raise _internal_error(ir, path, err) from err
-        except Exception as err:  # compiler or linker missing or failing: not a shapec bug
-            _fall_back(f"building {so.name} failed ({type(err).__name__}: {err})")
-            return False
-        built = Path(tmp) / so.name
-        data = built.read_bytes()
-        os.replace(built, so)
-    digest = so.with_name(so.name + ".sha256")
-    digest.with_suffix(f".{os.getpid()}.tmp").write_text(hashlib.sha256(data).hexdigest())
-    os.replace(digest.with_suffix(f".{os.getpid()}.tmp"), digest)
+    cc = CC(so.name.split(".", 1)[0])
+    cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
+    returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
+    for low in stages:
+        # pycc compiles its exports with Python's error model: export a call into the
+        # kernel, which keeps NumPy's (1 / 0 is inf, not an exception)
+        names = ", ".join(a.name for a in low.args)
+        scope = {"kernel": getattr(module, f"kernel_{low.fname}")}
+        exec(f"def entry({names}):\n    return kernel({names})\n", scope)
+        cc.export(f"kernel_{low.fname}", returns(*getattr(module, f"SIG_{low.fname}")))(scope["entry"])
+    try:
+        _compile_into(cc, so)
+    except NumbaError as err:
+        raise _internal_error(ir, path, err) from err
+    except Exception as err:  # no compiler, no Python headers, an unwritable cache: not a shapec bug
+        _fall_back(f"building {so.name} failed ({type(err).__name__}: {err})")
+        return False
     STATS["built"] += 1
     return True
+
+
+def _compile_into(cc, so: Path) -> None:
+    """Build in a private directory beside the target, then move the extension and its digest
+    into place, so that no reader ever sees half a file."""
+    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
+        cc.output_dir = tmp
+        cc.compile()
+        built = Path(tmp) / so.name
+        digest = hashlib.sha256(built.read_bytes()).hexdigest()
+        os.replace(built, so)
+    sidecar = so.with_name(so.name + ".sha256")
+    pending = sidecar.with_suffix(f".{os.getpid()}.tmp")
+    pending.write_text(digest)
+    os.replace(pending, sidecar)
 
 
 def _fall_back(reason: str) -> None:
