@@ -716,7 +716,7 @@ class StageLowering:
         o = self.out
         op, over = node.attr
         arg, mask, *extras = node.args
-        header, var, ctx, local = self.select_loop(over)
+        header, _, ctx, _ = self.select_loop(over)
         name = self.fresh("r")
         vals, idx, k = self.selection(node, scope)
         if op in ROLLOUT_VALUED:
@@ -790,9 +790,9 @@ class StageLowering:
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
             self.vars[f] = f"factor:{k}"
-        main = Emitter()
-        main.depth = 1
-        self.out = batch_code = main
+        batch_code = Emitter()
+        batch_code.depth = 1
+        self.out = batch_code
         batch = Scope()
         self.lower_channels(batch)
         self.lower_batch_steps(batch)
@@ -875,7 +875,7 @@ class StageLowering:
         body = head.text() + groups + "    return bad_i, bad_g\n"
         stored, loaded = _names_by_context(body)
         order = [a.name for a in self.args]
-        free = sorted({n for n in loaded - stored - MODULE_NAMES} - {"g0", "g1"},
+        free = sorted(loaded - stored - MODULE_NAMES - {"g0", "g1"},
                       key=lambda n: (order.index(n) if n in order else len(order), n))
         fn = Emitter()
         types = ", ".join(["nt.int64", "nt.int64", *(self.free_type(name) for name in free)])
