@@ -1182,9 +1182,12 @@ class StageLowering:
                 o(f"run[i - s] = lo if {self.applies(step, scope)}not isnan(lo) and run[i - s] < lo else run[i - s]")
 
         def off():
+            if not self.first_running:
+                o("pass")
+                return
             o("for i in range(s, e):")
             with o.indented():
-                self.start_running() if self.first_running else o("pass")
+                self.start_running()
 
         self.guarded(step, scope, body, off)
         self.first_running = False
@@ -1259,10 +1262,10 @@ class StageLowering:
             o(f"metrics[{k}] = {self.ex(node, 'batch', batch)}")
 
 
-PARALLEL_MIN_ROLLOUTS = 4096
+PARALLEL_MIN_ROLLOUTS = 4096  # below this, waking threads costs more than it saves (benchmarks/)
 # prange only: numba's other parallel rewrites would turn every np.full into a parfor (slow to compile, no gain)
 PARALLEL_OPTION = (', parallel={"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False, '
-                   '"setitem": False, "numpy": False, "stencil": False, "fusion": False}')  # below this, waking threads costs more than it saves (benchmarks/)
+                   '"setitem": False, "numpy": False, "stencil": False, "fusion": False}')
 _IMPORTS = ("np", "inf", "isnan", "nan", "njit", "nt", "prange")
 MODULE_NAMES = frozenset((*_IMPORTS, *dir(builtins),
                           *(b.split("def ", 1)[1].split("(", 1)[0] for b in HELPERS.split("\n\n\n") if "def " in b)))
@@ -1397,6 +1400,16 @@ def extension_path(path: Path) -> Path:
     return path.with_name(f"shapec_aot_{path.stem}_{host_fingerprint()}{importlib.machinery.EXTENSION_SUFFIXES[0]}")
 
 
+def _extension_name(so: Path) -> str:
+    """The module name pycc builds into the extension (and Python imports it by)."""
+    return so.name.split(".", 1)[0]
+
+
+def _digest_path(so: Path) -> Path:
+    """Where the SHA-256 of an extension's bytes is kept."""
+    return so.with_name(so.name + ".sha256")
+
+
 def _ensure_file(path: Path, body: str) -> None:
     """Write the module unless an intact copy is there; a stale or corrupt file is replaced."""
     expected = _header(body) + body
@@ -1458,11 +1471,10 @@ def _load_extension(so: Path):
     key = str(so)
     if key in _MODULES:
         return _MODULES[key]
-    digest = so.with_name(so.name + ".sha256")
     try:
-        if hashlib.sha256(so.read_bytes()).hexdigest() != digest.read_text().strip():
+        if hashlib.sha256(so.read_bytes()).hexdigest() != _digest_path(so).read_text().strip():
             return None
-        spec = importlib.util.spec_from_file_location(so.name.split(".", 1)[0], so)
+        spec = importlib.util.spec_from_file_location(_extension_name(so), so)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except (OSError, ImportError):
@@ -1485,7 +1497,7 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
     except ImportError as err:
         _fall_back(f"numba.pycc is unavailable ({err})")
         return False
-    cc = CC(so.name.split(".", 1)[0])
+    cc = CC(_extension_name(so))
     cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
     returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
     for low in stages:
@@ -1515,7 +1527,7 @@ def _compile_into(cc, so: Path) -> None:
         built = Path(tmp) / so.name
         digest = hashlib.sha256(built.read_bytes()).hexdigest()
         os.replace(built, so)
-    sidecar = so.with_name(so.name + ".sha256")
+    sidecar = _digest_path(so)
     pending = sidecar.with_suffix(f".{os.getpid()}.tmp")
     pending.write_text(digest)
     os.replace(pending, sidecar)
