@@ -154,9 +154,9 @@ def main() -> None:
     print(machine(), f"numba threads for the parallel kernel: {os.environ.get('NUMBA_NUM_THREADS', os.cpu_count())}")
 
     with tempfile.TemporaryDirectory() as cache_dir, tempfile.TemporaryDirectory() as jit_dir:
-        cold_wall, cold_load, _ = subprocess_load(cache_dir)
+        _, cold_load, _ = subprocess_load(cache_dir)
         warm_wall, warm_load, warm_numba = subprocess_load(cache_dir)
-        jit_cold_wall, jit_cold, _ = subprocess_load(jit_dir, aot=False)
+        _, jit_cold, _ = subprocess_load(jit_dir, aot=False)
         jit_wall, jit_load, _ = subprocess_load(jit_dir, aot=False)
         os.environ["SHAPEC_CACHE_DIR"] = cache_dir
         import shapec

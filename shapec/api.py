@@ -94,7 +94,8 @@ class CompiledModule:
         return f"<shapec module {self.filename} ({', '.join(self._irs)})>"
 
 
-def _backend(backend: str | None) -> str:
+def resolve_backend(backend: str | None) -> str:
+    """The backend asked for, else SHAPEC_BACKEND's (default numba), checked."""
     from .runtime.shaper import BACKENDS, default_backend
 
     backend = backend or default_backend()
@@ -103,7 +104,8 @@ def _backend(backend: str | None) -> str:
     return backend
 
 
-def _parallel(parallel: bool | None) -> bool:
+def resolve_parallel(parallel: bool | None) -> bool:
+    """The parallel option asked for, else SHAPEC_PARALLEL's (default off)."""
     from .runtime.shaper import default_parallel
 
     return default_parallel() if parallel is None else bool(parallel)
@@ -117,12 +119,12 @@ def compile_str(source: str, filename: str = "<string>", backend: str | None = N
     threads for large batches; the rewards are identical either way.
     """
     base = Path(filename).parent if filename != "<string>" else None
-    return CompiledModule(_Loader().source(source, filename, base), _backend(backend), _parallel(parallel))
+    return CompiledModule(_Loader().source(source, filename, base), resolve_backend(backend), resolve_parallel(parallel))
 
 
 def compile_file(path: str | Path, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
     """Parse, check and compile a .shape file (imports resolve relative to it)."""
-    return CompiledModule(_Loader().file(Path(path)), _backend(backend), _parallel(parallel))
+    return CompiledModule(_Loader().file(Path(path)), resolve_backend(backend), resolve_parallel(parallel))
 
 
 def load(name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:

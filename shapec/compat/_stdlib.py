@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..api import load
-from ..runtime.shaper import CompiledShaper, default_backend, default_parallel
+from ..api import load, resolve_backend, resolve_parallel
+from ..runtime.shaper import CompiledShaper
 
 
 def stdlib_shaper(module: str, name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledShaper:
     """`load(module)[name]` on `backend` (default: SHAPEC_BACKEND) with `parallel` (default:
     SHAPEC_PARALLEL), shared by every caller."""
-    return _compiled(module, name, backend or default_backend(), default_parallel() if parallel is None else parallel)
+    return _compiled(module, name, resolve_backend(backend), resolve_parallel(parallel))
 
 
 @lru_cache(maxsize=None)
