@@ -43,6 +43,8 @@ class Batch:
 
 
 def _numeric(name: str, value: Any, length: int | None, what: str = "rollout") -> np.ndarray:
+    if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
+        return value.copy()  # the common case, without the checks below
     arr = np.asarray(value)
     if arr.dtype == object:
         try:
@@ -58,6 +60,9 @@ def _numeric(name: str, value: Any, length: int | None, what: str = "rollout") -
     return arr.astype(np.float64, copy=True)
 
 
+_F64 = np.dtype(np.float64)
+
+
 def _first_bad(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -68,8 +73,8 @@ def make_offsets(n: int, group_size: int | None, offsets: Any) -> np.ndarray:
     if group_size is not None:
         if isinstance(group_size, bool) or int(group_size) != group_size or group_size <= 0:
             raise BatchError(f"group_size: expected a positive integer, got {group_size!r}")
-        starts = np.arange(0, n, int(group_size), dtype=np.int64)
-        return np.append(starts, np.int64(n)).astype(np.int64)
+        group_size = int(group_size)
+        return np.minimum(np.arange(0, n + group_size, group_size, dtype=np.int64)[: -(-n // group_size) + 1], n)
     off = np.asarray(offsets)
     if off.dtype.kind not in "iu" or off.ndim != 1 or len(off) < 1:
         raise BatchError(f"offsets: expected a 1-d integer array, got {off.dtype} with shape {off.shape}")
@@ -95,7 +100,7 @@ def make_batch(
 ) -> Batch:
     """Validate and convert user arrays into a Batch for the given inputs and metadata."""
     r = _numeric("rewards", rewards, None)
-    if not np.isfinite(r).all():  # one scan on the common path; the messages below say which
+    if not math.isfinite(r.sum()) and not np.isfinite(r).all():  # one sum when all is well
         if np.isnan(r).any():
             raise BatchError(f"rewards: NaN at index {_first_bad(np.isnan(r))}; rewards must be numbers")
         raise BatchError(f"rewards: infinite at index {_first_bad(np.isinf(r))}")
@@ -110,7 +115,8 @@ def make_batch(
         if name not in channels:
             raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout)")
         arr = _numeric(f"channels[{name!r}]", channels[name], n)
-        suspect = not (arr >= 0).all() if typ in UNITS else np.isnan(arr).any()  # one scan when all is well
+        # one reduction when all is well (a NaN makes both fail); the messages below say which row
+        suspect = len(arr) > 0 and not (arr.min() >= 0 if typ in UNITS else math.isfinite(arr.sum()))
         if suspect and np.isnan(arr).any():
             raise BatchError(f"channels[{name!r}]: NaN at index {_first_bad(np.isnan(arr))}")
         if suspect and typ in UNITS:
