@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import textwrap
@@ -381,6 +382,7 @@ UNARY_CALLS = {
 }
 ROLLOUT_VALUED = ("minmax", "centered")
 SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
+MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}}  # helper -> arrays it fills
 
 
 @dataclass(frozen=True)
@@ -1497,7 +1499,11 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
     except ImportError as err:
         _fall_back(f"numba.pycc is unavailable ({err})")
         return False
-    cc = CC(_extension_name(so))
+    try:
+        cc = CC(_extension_name(so))  # looks for a C compiler
+    except Exception as err:
+        _fall_back(f"numba.pycc cannot build here ({type(err).__name__}: {err})")
+        return False
     cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
     returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
     for low in stages:
@@ -1523,7 +1529,12 @@ def _compile_into(cc, so: Path) -> None:
     into place, so that no reader ever sees half a file."""
     with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
         cc.output_dir = tmp
-        cc.compile()
+        try:
+            cc.compile()
+        except Exception:  # numba leaves its build directory behind when the compiler fails
+            for leftover in Path(tempfile.gettempdir()).glob(f"pycc-build-{_extension_name(so)}-*"):
+                shutil.rmtree(leftover, ignore_errors=True)
+            raise
         built = Path(tmp) / so.name
         digest = hashlib.sha256(built.read_bytes()).hexdigest()
         os.replace(built, so)
