@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .ir import CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
+from .schedule import fuse_block
 
 
 log = logging.getLogger("shapec")
@@ -669,7 +670,8 @@ class StageLowering:
         """(values, indices, count) of a reduction's selection in this group.
 
         Reductions over the same values and mask share one copy per group, kept in a buffer of
-        its own; the order statistics share one sorted copy. A selection read once uses buf.
+        its own (so the scheduler may fill several in one pass); the order statistics share one
+        sorted copy.
         """
         op, over = node.attr
         arg, mask = node.args[:2]
@@ -678,16 +680,13 @@ class StageLowering:
             return scope.names[key]
         o = self.out
         ops = self.selection_ops[key]
-        if len(ops) > 1:
-            number = self.selection_names.setdefault(key, len(self.selection_names))
-            vals, idx, k = f"sel{number}", f"isel{number}", f"ksel{number}"
-            self.alloc_scratch(vals, "np.empty(width)")
-        else:
-            vals, idx, k = "buf", "ibuf", "k"
+        number = self.selection_names.setdefault(key, len(self.selection_names))
+        vals, idx, k = f"sel{number}", f"isel{number}", f"ksel{number}"
+        self.alloc_scratch(vals, "np.empty(width)")
         indexed = "argmin" in ops or "argmax" in ops
         if not indexed:
             idx = "ibuf"  # passed along, never read
-        elif vals != "buf":
+        else:
             self.alloc_scratch(idx, "np.zeros(width, np.int64)")
         header, _, ctx, local = self.select_loop(over)
         o(f"# selection for {'/'.join(sorted(set(ops)))} "
@@ -703,8 +702,7 @@ class StageLowering:
             o(f"{k} += 1" if unmasked else f"{k} += {self.ex(mask, ctx, scope)} == 1.0")
         if key[3]:
             o(f"k_sort({vals}, {k})")
-        if vals != "buf":
-            scope.names[key] = (vals, idx, k)
+        scope.names[key] = (vals, idx, k)
         return vals, idx, k
 
     def alloc_scratch(self, name: str, init: str) -> None:
@@ -803,6 +801,7 @@ class StageLowering:
         self.out = groups
         self.in_chunk = True
         self.lower_groups()
+        groups.lines[1:] = fuse_block(groups.lines[1:], 2, MUTATING_HELPERS)
         self.in_chunk = False
         after = Emitter()
         after.depth = 1
@@ -837,8 +836,6 @@ class StageLowering:
                 with head.indented():
                     head(f"width = max(width, {off}[g + 1] - {off}[g])")
             scratch_used = _names(batch_code.text() + after.text())
-            if "buf" in scratch_used:
-                head("buf = np.empty(width)")
             if "ibuf" in scratch_used:
                 head("ibuf = np.zeros(width, np.int64)")
             if "tbuf" in scratch_used:
@@ -865,8 +862,7 @@ class StageLowering:
         head("bad_i = -1")
         head("bad_g = -1")
         used = _names(groups)
-        for scratch, init in (("buf", "np.empty(width)"), ("ibuf", "np.zeros(width, np.int64)"),
-                              ("tbuf", "np.empty(width)")):
+        for scratch, init in (("ibuf", "np.zeros(width, np.int64)"), ("tbuf", "np.empty(width)")):
             if scratch in used:
                 head(f"{scratch} = {init}")
         head("tot = np.zeros(width)  # the group's term sums")
@@ -1113,13 +1109,14 @@ class StageLowering:
             return
         o = self.out
         saved = dict(scope.names)
-        o("guard = True  # the group-level conditions of `when`, cheapest first, while they hold")
+        guard = self.fresh("guard")  # a name of its own, so the scheduler can move it
+        o(f"{guard} = True  # the group-level conditions of `when`, cheapest first, while they hold")
         for cond in conds:
-            o("if guard:")
+            o(f"if {guard}:")
             with o.indented():
                 self.hoist(cond, scope, "group")
-                o(f"guard = {self.ex(cond, 'group', scope)} == 1.0")
-        o("if guard:")
+                o(f"{guard} = {self.ex(cond, 'group', scope)} == 1.0")
+        o(f"if {guard}:")
         with o.indented():
             body()
         o("else:")
