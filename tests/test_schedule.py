@@ -4,7 +4,9 @@ Fusion must never change what a block computes: the property test runs random bl
 written the way the lowering writes them, before and after fusion in plain Python.
 """
 
+import importlib.util
 import textwrap
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given, settings
@@ -14,20 +16,14 @@ from shapec import compile_str
 from shapec.compiler.lower import MUTATING_HELPERS, emit_python
 from shapec.compiler.schedule import fuse_block
 
-THREE_CHANNELS = """
-shaper three_channels(coeff: float >= 0 = 0.1, z_max: float = 1) requires binary produces nonneg {
-  input reasoning: tokens
-  input answer: tokens
-  input tool: tokens
-  gate right = reward > 0
-  let rmin = min(reasoning where right)
-  let rmax = max(reasoning where right)
-  term reasoning_rel = -coeff * float(reasoning - rmin) / float(max(rmax - rmin, 1)) on right
-  term answer_z = -coeff on right when (answer - mean(answer where right)) / std(answer where right) > z_max
-  term tool_median = -coeff on right when tool > median(tool where right)
-  clamp >= 0
-}
-"""  # benchmarks/bench_kernels.py's spec
+
+def bench_kernels_spec() -> str:
+    """The spec benchmarks/bench_kernels.py times (the benchmarks are scripts, not a package)."""
+    path = Path(__file__).parent.parent / "benchmarks" / "bench_kernels.py"
+    spec = importlib.util.spec_from_file_location("bench_kernels", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.SPEC
 
 
 def fused(code: str) -> str:
@@ -191,7 +187,7 @@ def test_comments_travel_with_their_statements():
 
 
 def test_the_benchmark_spec_walks_each_group_in_two_fused_passes():
-    code = emit_python(compile_str(THREE_CHANNELS, backend="interpreter").three_channels.ir)
+    code = emit_python(compile_str(bench_kernels_spec(), backend="interpreter").three_channels.ir)
     groups = code.split("def groups_three_channels(", 1)[1].split("\n\n\n", 1)[0]
     # the binary check, one pass for the gate and three selections, one for the three terms and
     # the clamp, and the write-back (shaped or passed through)
