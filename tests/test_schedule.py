@@ -210,6 +210,8 @@ def _statements():
         st.builds(lambda d, a, c: f"{LOOP}    t = {a}[i - s] + {c}\n    {d}[i - s] = t * t", arr, arr, const),
         st.builds(lambda d, a, n: f"{LOOP}    {d}[i - s] = {a}[{n}]", arr, arr, st.integers(0, W - 1).map(str)),
         st.builds(lambda v, a: f"{LOOP}    {v} = {v} + {a}[i - s]", scalar, arr),
+        st.builds(lambda d, a: f"{LOOP}    {d}[i - s] += {a}[i - s]", arr, arr),
+        st.builds(lambda v, a: f"{LOOP}    {v} += {a}[i - s]", scalar, arr),
         st.builds(lambda d, a, k: f"{k} = 0\n{LOOP}    {d}[{k}] = {a}[i]\n    {k} += {a}[i] > 0.3",
                   arr, inp, st.sampled_from(["k1", "k2"])),
         st.builds(lambda v, a, n, w: f"{v} = {a}[{n}] + {w}", scalar, arr, st.integers(0, W - 1).map(str), scalar),

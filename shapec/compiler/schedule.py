@@ -44,14 +44,16 @@ class Statement:
 def _effects(node: ast.AST, mutating: dict[str, tuple[int, ...]]) -> tuple[set[str], set[str]]:
     """(names read, names written): an element store writes its array; a helper that fills an
     array argument (a sort, a scratch buffer) writes it."""
-    reads, writes = set(), set()
+    reads, writes, updated = set(), set(), set()  # updated: `x += ...`, `a[i] += ...` read and write
     for n in ast.walk(node):
         if isinstance(n, ast.Name):
             (writes if isinstance(n.ctx, ast.Store) else reads).add(n.id)
         elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
             writes.add(n.value.id)
-        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
-            reads.add(n.target.id)
+        elif isinstance(n, ast.AugAssign):
+            target = n.target.value if isinstance(n.target, ast.Subscript) else n.target
+            if isinstance(target, ast.Name):
+                updated.add(target.id)
         elif isinstance(n, ast.Call) and isinstance(n.func, ast.Name):
             for k in mutating.get(n.func.id, ()):
                 if k < len(n.args) and isinstance(n.args[k], ast.Name):
@@ -63,7 +65,7 @@ def _effects(node: ast.AST, mutating: dict[str, tuple[int, ...]]) -> tuple[set[s
         elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):  # loop indices live in their loop
             reads.discard(n.target.id)
             writes.discard(n.target.id)
-    return reads, writes
+    return reads | updated, writes
 
 
 def _reads_elsewhere(node: ast.AST, name: str) -> bool:
