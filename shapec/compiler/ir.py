@@ -117,13 +117,13 @@ class ShaperIR:
     states: tuple[tuple[str, float], ...]
     source: str = ""
     filename: str = ""
+    # index = skip code: "" (shaped), each skip, "non_binary" when binary is required, "validation";
+    # derived once here because every call of both backends reads it
+    skip_reasons: tuple[str, ...] = field(init=False, compare=False)
 
-    @property
-    def skip_reasons(self) -> tuple[str, ...]:
-        reasons = [""] + [s.name for s in self.skips]
-        if self.requires == "binary":
-            reasons.append("non_binary")
-        return tuple(reasons + ["validation"])
+    def __post_init__(self):
+        binary = ("non_binary",) if self.requires == "binary" else ()
+        object.__setattr__(self, "skip_reasons", ("", *(s.name for s in self.skips), *binary, "validation"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,10 +138,9 @@ class CompiledShaper:
             list(ir.stages) if isinstance(ir, PipelineIR) else [(ir, {})]
         )
         self._state = {s.name: {n: v for n, v in s.states} for s, _ in self.stages}
-        # what every call needs from the IR, worked out once: a training loop calls this every step
+        # the inputs and metadata every call validates, worked out once: a training loop calls this every step
         self._inputs = tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items())
         self._metas = tuple({m.name: m for s, _ in self.stages for m in s.metas}.values())
-        self._skip_reasons = {s.name: s.skip_reasons for s, _ in self.stages}
         self._warned: set[str] = set()
         self._kernels = None
         if backend == "numba":
@@ -241,7 +240,7 @@ class CompiledShaper:
             if training:
                 self._state[ir.name] = dict(out.state)
             result.stages.append(StageResult(
-                ir.name, current, out.rewards, out.terms, out.factors, out.skip_codes, self._skip_reasons[ir.name],
+                ir.name, current, out.rewards, out.terms, out.factors, out.skip_codes, ir.skip_reasons,
                 out.gate_codes, ir.gate_reasons, out.metrics,
             ))
             self._warn_non_binary(ir, out)
@@ -259,7 +258,7 @@ class CompiledShaper:
         """Warn once per stage of this shaper, not on every training step."""
         if ir.requires != "binary" or ir.name in self._warned:
             return
-        count = int(np.count_nonzero(out.skip_codes == self._skip_reasons[ir.name].index("non_binary")))
+        count = int(np.count_nonzero(out.skip_codes == ir.skip_reasons.index("non_binary")))
         if count:
             self._warned.add(ir.name)
             log.warning("shaper %r requires binary rewards: %d group(s) with graded, negative or "
