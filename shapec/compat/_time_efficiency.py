@@ -43,8 +43,6 @@ class TimeEfficiencyConfig(BaseModel, extra="allow"):
         return self
 
 
-
-
 def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
     """`openhands_run_time` clipped at 0; missing, None or non-numeric counts 0 (numeric strings parse)."""
     seconds = result["full_result"].get("openhands_run_time")

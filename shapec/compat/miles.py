@@ -29,8 +29,6 @@ from ._stdlib import stdlib_shaper
 logger = logging.getLogger(__name__)
 
 
-
-
 def _check_coeff(coeff: Any) -> float:
     if isinstance(coeff, bool) or not isinstance(coeff, numbers.Real) or not math.isfinite(coeff) or coeff < 0:
         raise ValueError(f"coeff must be a finite number >= 0, got {coeff!r}")

@@ -42,6 +42,9 @@ class Batch:
         return np.repeat(np.arange(self.groups), np.diff(self.offsets))
 
 
+_F64 = np.dtype(np.float64)
+
+
 def _numeric(name: str, value: Any, length: int | None, what: str = "rollout") -> np.ndarray:
     if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
         return value.copy()  # the common case, without the checks below
@@ -58,9 +61,6 @@ def _numeric(name: str, value: Any, length: int | None, what: str = "rollout") -
     if length is not None and len(arr) != length:
         raise BatchError(f"{name}: expected {length} values (one per {what}), got {len(arr)}")
     return arr.astype(np.float64, copy=True)
-
-
-_F64 = np.dtype(np.float64)
 
 
 def _first_bad(mask: np.ndarray) -> int:
