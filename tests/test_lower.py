@@ -15,7 +15,7 @@ import pytest
 
 import shapec
 from shapec.cli import main
-from shapec.compiler import lower
+from shapec.compiler import build, lower
 from shapec.runtime.shaper import default_backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def cache(tmp_path, monkeypatch):
     Only for tests about the cache itself: building a kernel costs seconds, so the others share
     the session's cache."""
     monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setattr(lower, "_MODULES", {})
+    monkeypatch.setattr(build, "_MODULES", {})
     return tmp_path / "kernels"
 
 
@@ -142,7 +142,7 @@ def test_pipeline_is_one_module_with_a_kernel_per_stage(cache):
     mod = shapec.compile_file(ROOT / "examples" / "grpo_lead.shape", backend="interpreter")
     source = lower.emit_python(mod.ir("grpo_lead"))
     assert "def kernel_s0_lead_reward(" in source and "def kernel_s1_lead_advantage(" in source
-    kernels = lower.load_kernels(mod.ir("grpo_lead"))
+    kernels = build.load_kernels(mod.ir("grpo_lead"))
     assert [k.ir.name for k in kernels] == ["lead_reward", "lead_advantage"]
     assert len(list(cache.glob("*.py"))) == 1
 
@@ -150,7 +150,7 @@ def test_pipeline_is_one_module_with_a_kernel_per_stage(cache):
 # ------------------------------------------------------------------ the cache
 def test_cache_file_lives_in_the_cache_dir_with_a_hash_header(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    lower.load_kernels(ir)
+    build.load_kernels(ir)
     (path,) = cache.glob("*.py")
     text = path.read_text()
     assert path.name.startswith("overlong_")
@@ -160,24 +160,24 @@ def test_cache_file_lives_in_the_cache_dir_with_a_hash_header(cache):
 def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
     monkeypatch.delenv("SHAPEC_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert lower.cache_dir() == tmp_path / "shapec"
+    assert build.cache_dir() == tmp_path / "shapec"
     monkeypatch.delenv("XDG_CACHE_HOME")
-    assert lower.cache_dir() == Path.home() / ".cache" / "shapec"
+    assert build.cache_dir() == Path.home() / ".cache" / "shapec"
 
 
 def test_second_process_loads_the_compiled_extension_without_numba(cache):
     probe = '''
         import sys
         import shapec
-        from shapec.compiler import lower
+        from shapec.compiler import build
         shaper = shapec.compile_str(%r, backend="numba").overlong
         out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
-        print(lower.STATS["written"], lower.STATS["built"], "numba" in sys.modules, out.rewards.tolist())
+        print(build.STATS["written"], build.STATS["built"], "numba" in sys.modules, out.rewards.tolist())
     ''' % OVERLONG
     first = run_python(probe, cache).split(maxsplit=3)
     (path,) = cache.glob("*.py")
     (so,) = cache.glob("shapec_aot_overlong_*.so")
-    assert f"_{lower.host_fingerprint()}." in so.name  # compiled for this CPU, as numba's JIT would
+    assert f"_{build.host_fingerprint()}." in so.name  # compiled for this CPU, as numba's JIT would
     mtimes = path.stat().st_mtime_ns, so.stat().st_mtime_ns
     second = run_python(probe, cache).split(maxsplit=3)
     assert first[:3] == ["1", "1", "True"]  # written, built by numba
@@ -205,16 +205,16 @@ def test_jit_cache_is_used_when_aot_is_off(cache, monkeypatch):
 
 def test_corrupt_extension_is_rebuilt_never_loaded(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    lower.load_kernels(ir)
+    build.load_kernels(ir)
     (so,) = cache.glob("*.so")
     good = so.read_bytes()
-    lower._MODULES.clear()
+    build._MODULES.clear()
     broken = so.with_suffix(".broken")
     broken.write_bytes(good[: len(good) // 2])  # truncated; a new file, as the loaded one stays mapped
     os.replace(broken, so)
-    built = lower.STATS["built"]
-    kernels = lower.load_kernels(ir)
-    assert lower.STATS["built"] == built + 1
+    built = build.STATS["built"]
+    kernels = build.load_kernels(ir)
+    assert build.STATS["built"] == built + 1
     assert so.read_bytes() != good[: len(good) // 2]
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     assert shaper._kernels[0].fn is kernels[0].fn
@@ -223,12 +223,12 @@ def test_corrupt_extension_is_rebuilt_never_loaded(cache):
 
 def test_without_a_c_compiler_kernels_fall_back_to_the_jit_cache(cache, monkeypatch, caplog):
     monkeypatch.setenv("CC", "/nonexistent/cc")
-    monkeypatch.setattr(lower, "_FELL_BACK", [])
+    monkeypatch.setattr(build, "_FELL_BACK", [])
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
     build_dirs = set(Path(tempfile.gettempdir()).glob("pycc-build-*"))
-    kernels = lower.load_kernels(ir)
+    kernels = build.load_kernels(ir)
     # numba finds no compiler when the toolchain is built, or (with that check cached) when compiling
-    assert lower._FELL_BACK and ("cannot build" in lower._FELL_BACK[0] or "failed" in lower._FELL_BACK[0])
+    assert build._FELL_BACK and ("cannot build" in build._FELL_BACK[0] or "failed" in build._FELL_BACK[0])
     assert "JIT cache" in caplog.text
     assert set(Path(tempfile.gettempdir()).glob("pycc-build-*")) == build_dirs  # nothing left behind
     assert hasattr(kernels[0].fn, "stats")  # a numba dispatcher: same generated code, same results
@@ -238,14 +238,14 @@ def test_without_a_c_compiler_kernels_fall_back_to_the_jit_cache(cache, monkeypa
 
 def test_corrupt_cache_file_is_rebuilt(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    lower.load_kernels(ir)
+    build.load_kernels(ir)
     (path,) = cache.glob("*.py")
     good = path.read_text()
     path.write_text(good.replace("terms[0, i] = x", "terms[0, i] = 99.0"))  # tampered body, stale header
-    lower._MODULES.clear()
-    written = lower.STATS["written"]
-    kernels = lower.load_kernels(ir)
-    assert lower.STATS["written"] == written + 1
+    build._MODULES.clear()
+    written = build.STATS["written"]
+    kernels = build.load_kernels(ir)
+    assert build.STATS["written"] == written + 1
     assert path.read_text() == good
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     assert shaper([1.0], group_size=1, channels={"length": [12]}).rewards.tolist() == [0.0]
@@ -254,35 +254,35 @@ def test_corrupt_cache_file_is_rebuilt(cache):
 
 def test_truncated_cache_file_is_rebuilt(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    path = lower.module_path(ir, lower.emit_python(ir))
+    path = build.module_path(ir, lower.emit_python(ir))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\xff\xfe garbage")
-    lower.load_kernels(ir)
+    build.load_kernels(ir)
     assert path.read_text().startswith("# shapec-sha256: ")
 
 
 def test_changing_the_source_changes_the_key(cache):
     def path(src):
         ir = shapec.compile_str(src, backend="interpreter").ir("overlong")
-        return lower.module_path(ir, lower.emit_python(ir))
+        return build.module_path(ir, lower.emit_python(ir))
 
     assert path(OVERLONG) == path(OVERLONG)
     assert path(OVERLONG) != path(OVERLONG.replace(": -1", ": -2"))
     # params are kernel arguments: a new default reuses the compiled kernel
     assert path(OVERLONG) == path(OVERLONG.replace("= 10", "= 11"))
-    assert lower.cache_key("x") != lower.cache_key("y")
+    assert build.cache_key("x") != build.cache_key("y")
 
 
 def test_the_key_covers_the_versions(monkeypatch):
     import numba
 
-    assert lower.numba_version() == numba.__version__  # read without importing numba
-    before = lower.cache_key("same source")
-    monkeypatch.setattr(lower, "numba_version", lambda: "0.0.1")
-    assert lower.cache_key("same source") != before
+    assert build.numba_version() == numba.__version__  # read without importing numba
+    before = build.cache_key("same source")
+    monkeypatch.setattr(build, "numba_version", lambda: "0.0.1")
+    assert build.cache_key("same source") != before
     monkeypatch.undo()
     monkeypatch.setattr(shapec, "__version__", "9.9.9")
-    assert lower.cache_key("same source") != before
+    assert build.cache_key("same source") != before
 
 
 # ------------------------------------------------------------------ internal errors
@@ -341,7 +341,7 @@ def test_pickled_numba_shaper_runs_in_another_process(tmp_path):
         shaper = pickle.loads(open({str(tmp_path / "shaper.pkl")!r}, "rb").read())
         out = shaper([1, 1, 1, 0], group_size=2, channels={{"correct": [1, 1, 1, 0], "length": [10, 30, 20, 5]}})
         print(shaper.backend, out.rewards.tolist(), shaper.state_dict())
-    ''', lower.cache_dir())
+    ''', build.cache_dir())
     assert out == f"numba {expected.rewards.tolist()} {{'running': {{'best': 0.75}}}}\n"
     # group 0: shortest correct 10, so 30 tokens pay 0.001 * 20; group 1: the only correct one pays 0
     np.testing.assert_allclose(expected.rewards, [1.0, 1.0 - 0.001 * 20, 1.0, 0.0], rtol=0, atol=1e-15)

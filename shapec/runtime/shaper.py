@@ -144,7 +144,7 @@ class CompiledShaper:
         self._warned: set[str] = set()
         self._kernels = None
         if backend == "numba":
-            from ..compiler.lower import load_kernels
+            from ..compiler.build import load_kernels
 
             self._kernels = load_kernels(ir, self.parallel)
 
