@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from functools import lru_cache
+from pathlib import Path
+
 from . import ast as A
 
 _BINARY_PREC = {
@@ -12,6 +16,36 @@ _BINARY_PREC = {
 _COMPARE = {"==", "!=", "<", "<=", ">", ">="}
 _WIDTH = 88
 _BODY_WIDTH = _WIDTH - 2  # statements sit two spaces into a shaper
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def string_literal(value: str) -> str:
+    """A STRING token that decodes (the parser uses ast.literal_eval) back to exactly `value`:
+    backslash, quote, newline, CR and tab escaped by name, any other unprintable char by code."""
+    out = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+    return '"' + "".join(out) + '"'
+
+
+@lru_cache(maxsize=1)
+def _keywords() -> frozenset[str]:
+    """The grammar's keywords: a metric named like one is printed quoted."""
+    grammar = (Path(__file__).resolve().parent.parent / "grammar" / "shape.lark").read_text()
+    return frozenset(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', grammar))
+
+
+def _bare_name(name: str) -> bool:
+    return _NAME.fullmatch(name) is not None and name not in _keywords()
 
 
 def _prec(e: A.Expr) -> int:
@@ -41,7 +75,7 @@ def _expr(e: A.Expr) -> str:
         case A.Number(text=text):
             return text
         case A.String(value=value):
-            return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return string_literal(value)
         case A.Bool(value=value):
             return "true" if value else "false"
         case A.Name(id=name):
@@ -170,15 +204,17 @@ class _Comments:
             self.i += 1
         return lines
 
-    def ends_line_of(self, node_span) -> bool:
-        """Whether the next comment sits on the node's last line, after it."""
+    def ends_line_of(self, node_span, limit: float = float("inf")) -> bool:
+        """Whether the next comment sits on the node's last line, after it, and before `limit`
+        (the end of the enclosing header or block: a comment past it is not the node's)."""
         if self.i == len(self.items) or node_span.source is None:
             return False
         c = self.items[self.i]
-        return c.span.start >= node_span.end and "\n" not in node_span.source.text[node_span.end:c.span.start]
+        return (node_span.end <= c.span.start < limit
+                and "\n" not in node_span.source.text[node_span.end:c.span.start])
 
-    def trailing(self, node_span) -> str:
-        if not self.ends_line_of(node_span):
+    def trailing(self, node_span, limit: float = float("inf")) -> str:
+        if not self.ends_line_of(node_span, limit):
             return ""
         self.i += 1
         return "  " + self.items[self.i - 1].text
@@ -202,14 +238,15 @@ def _blank_before(prev_end: int | None, node, notes: _Comments | None) -> bool:
     return gap.count("\n") >= 2
 
 
-def _with_notes(render, node, notes: _Comments | None, indent: str) -> list[str]:
+def _with_notes(render, node, notes: _Comments | None, indent: str, limit: float = float("inf")) -> list[str]:
     """`render()`'s lines with the node's leading comments in front and its trailing comment
-    on the last line (leading ones are taken first: rendering hands out the node's inner ones)."""
+    on the last line (leading ones are taken first: rendering hands out the node's inner ones);
+    a trailing comment must start before `limit`, the end of the enclosing header or block."""
     if notes is None:
         return render()
     lead = notes.before(node.span.start, indent)
     lines = render()
-    return lead + lines[:-1] + [lines[-1] + notes.trailing(node.span)]
+    return lead + lines[:-1] + [lines[-1] + notes.trailing(node.span, limit)]
 
 
 def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
@@ -232,7 +269,7 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
             for r in rules:
                 rule = [f"{r.verdict} {r.reason}"] if r.when is None else _wrap(
                     f"{r.verdict} {r.reason} when ", r.when, _BODY_WIDTH - 2)
-                lines += _with_notes(lambda: [f"  {line}" for line in rule], r, notes, "  ")
+                lines += _with_notes(lambda: [f"  {line}" for line in rule], r, notes, "  ", s.span.end - 1)
             return lines + (notes.before(s.span.end, "  ") if notes else []) + ["}"]
         case A.Skip(reason=reason, mode=mode, cond=cond):
             return _wrap(f"skip {reason} {mode} ", cond, _BODY_WIDTH)
@@ -245,26 +282,53 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
         case A.State(name=name, type=typ, init=init, update=update):
             return [f"state {name}: {typ} = {expr(init)} update {expr(update)}"]
         case A.Metric(name=name, expr=e):
-            shown = name if name.isidentifier() else expr(A.String(name))
+            shown = name if _bare_name(name) else string_literal(name)
             return _wrap(f"metric {shown} = ", e, _BODY_WIDTH)
         case A.Result(expr=e):
             return _wrap("result = ", e, _BODY_WIDTH)
     raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
 
 
+def _body_brace(s: A.Shaper) -> int:
+    """Offset of the `{` that opens the shaper's body: the first `{` outside the param list's
+    parentheses (band literals sit inside them), skipping strings and comments."""
+    text, i, depth = s.span.source.text, s.span.start, 0
+    while i < s.span.end:
+        ch = text[i]
+        if ch == '"':
+            i += 1
+            while i < s.span.end and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif ch == "#":
+            i = text.find("\n", i)
+            if i < 0:
+                break
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "{" and depth == 0:
+            return i
+        i += 1
+    return s.span.end
+
+
 def _shaper(s: A.Shaper, notes: _Comments | None = None) -> list[str]:
     contracts = "".join(f" {c.kind} {c.value}" for c in s.contracts)
     params = [_param(p) for p in s.params]
     one_line = f"shaper {s.name}({', '.join(params)}){contracts} {{"
-    # a comment among the params needs the one-param-per-line layout to stay next to its param
-    commented = notes is not None and bool(s.params) and (
-        notes.pending(s.params[-1].span.end) or notes.ends_line_of(s.params[-1].span))
+    # a comment anywhere in the header (among the params or the contracts) needs the
+    # one-param-per-line layout to stay in the header, next to its param
+    header_end = _body_brace(s) if notes is not None and s.span.source is not None else s.span.start
+    commented = notes is not None and notes.pending(header_end)
     if len(one_line) <= _WIDTH and not commented:
         lines = [one_line]
     else:
         lines = [f"shaper {s.name}("]
         for p, text in zip(s.params, params):
-            lines += _with_notes(lambda: [f"  {text},"], p, notes, "  ")
+            lines += _with_notes(lambda: [f"  {text},"], p, notes, "  ", header_end)
+        if notes is not None:
+            lines += notes.before(header_end, "  ")  # after the last param, or among the contracts
         lines.append(f"){contracts} {{")
     if s.doc is not None:
         lines += _doc(s.doc, "  ")
@@ -272,7 +336,8 @@ def _shaper(s: A.Shaper, notes: _Comments | None = None) -> list[str]:
     for st in s.body:
         if _blank_before(prev_end, st, notes):
             lines.append("")
-        lines += [f"  {line}" if line else "" for line in _with_notes(lambda: stmt(st, notes), st, notes, "")]
+        lines += [f"  {line}" if line else "" for line in _with_notes(lambda: stmt(st, notes), st, notes, "",
+                                                                      s.span.end - 1)]
         prev_end = st.span.end
     if notes is not None:
         lines += notes.before(s.span.end, "  ")
@@ -282,7 +347,7 @@ def _shaper(s: A.Shaper, notes: _Comments | None = None) -> list[str]:
 def item(it: A.Item, notes: _Comments | None = None) -> list[str]:
     match it:
         case A.Import(target=target, is_path=is_path, alias=alias):
-            text = f'import "{target}"' if is_path else f"import {target}"
+            text = f"import {string_literal(target)}" if is_path else f"import {target}"
             return [text + (f" as {alias}" if alias else "")]
         case A.FnDef(name=name, params=params, body=body):
             return _wrap(f"fn {name}({', '.join(params)}) = ", body, _WIDTH)

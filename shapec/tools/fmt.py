@@ -8,6 +8,7 @@ from pathlib import Path
 from ..syntax.parser import parse
 from ..syntax.pretty import pretty
 from ..syntax.source import ShapeError
+from .atomic import OutputError, write_text
 
 
 def format_source(text: str, filename: str = "<string>") -> str:
@@ -16,7 +17,8 @@ def format_source(text: str, filename: str = "<string>") -> str:
 
 
 def format_files(files: list[Path], check: bool, out, err) -> int:
-    """Format (or with check, diff) each file. Exit status: 0 clean, 1 would change or bad syntax."""
+    """Format (or with check, diff) each file. Exit status: 0 clean, 1 would change or bad syntax,
+    2 a file could not be written (it keeps its previous content: the new text is renamed over it)."""
     status = 0
     changed = 0
     for path in files:
@@ -26,19 +28,24 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
         except ShapeError as error:
             for d in error.diagnostics:
                 print(d.render(), file=err)
-            status = 1
+            status = max(status, 1)
             continue
         if new == text:
             continue
         changed += 1
         if check:
-            status = 1
+            status = max(status, 1)
             out.write("".join(difflib.unified_diff(
                 text.splitlines(keepends=True), new.splitlines(keepends=True),
                 fromfile=f"{path} (original)", tofile=f"{path} (formatted)")))
-        else:
-            path.write_text(new)
-            print(f"reformatted {path}", file=err)
+            continue
+        try:
+            write_text(path, new)
+        except OutputError as error:
+            print(f"shapec fmt: {error}", file=err)
+            status = 2
+            continue
+        print(f"reformatted {path}", file=err)
     if check and changed:
         print(f"{changed} file{'s' if changed != 1 else ''} would be reformatted", file=err)
     return status

@@ -1,0 +1,146 @@
+"""Files that appear whole or not at all: written under a temporary name, renamed on success.
+
+Every file `shapec run` and `shapec fmt` write goes through `AtomicFile`: the data goes to
+`.<name>.shapec-tmp-<pid>-<random>` in the destination's own folder (so the rename never crosses
+a file system), is flushed to disk, and `os.replace` puts it over the destination in one step.
+On any exception, Ctrl-C included, the temporary file is removed and the destination keeps its
+previous content. A process killed outright (kill -9, power loss) leaves the destination as it
+was plus, at worst, a leftover temporary file that its name marks as never being output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import stat
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from .spec import ToolError
+
+TMP_MARK = ".shapec-tmp-"
+
+
+class OutputError(ToolError):
+    """A file cannot be written: `cannot write PATH: REASON` (exit status 2)."""
+
+    def __init__(self, path: Path | str, reason: str):
+        super().__init__(f"cannot write {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class Interrupted(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so the same cleanup runs."""
+
+
+def reason_of(err: OSError) -> str:
+    """An OSError as a short reason: 'No space left on device', 'Read-only file system', ..."""
+    return err.strerror or (errno.errorcode.get(err.errno, "") if err.errno else "") or str(err)
+
+
+def check_destination(path: Path) -> None:
+    """Refuse, before any work, a destination that cannot be a regular file in an existing folder."""
+    if path.is_dir():
+        raise OutputError(path, "it is a directory")
+    if path.exists() and not path.is_file():
+        raise OutputError(path, "it is not a regular file")
+    parent = path.parent
+    if not parent.exists():
+        raise OutputError(path, f"folder {parent} does not exist")
+    if not parent.is_dir():
+        raise OutputError(path, f"{parent} is not a folder")
+
+
+def _mode_for(path: Path) -> int:
+    """The destination's current permissions, or what a new file gets under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask
+
+
+class AtomicFile:
+    """One destination file: `open()` makes the temporary file, `commit()` renames it over the
+    destination, `discard()` removes it. `tmp` is the temporary path while one exists."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.tmp: Path | None = None
+
+    def open(self) -> Path:
+        check_destination(self.path)
+        try:
+            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}{TMP_MARK}{os.getpid()}-", dir=self.path.parent)
+        except OSError as err:
+            raise OutputError(self.path, reason_of(err)) from None
+        os.close(fd)
+        self.tmp = Path(name)
+        return self.tmp
+
+    def commit(self) -> None:
+        """Flush the temporary file to disk and rename it over the destination."""
+        assert self.tmp is not None, "commit() before open()"
+        try:
+            os.chmod(self.tmp, _mode_for(self.path))
+            fd = os.open(self.tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.tmp, self.path)
+        except OSError as err:
+            self.discard()
+            raise OutputError(self.path, reason_of(err)) from None
+        self.tmp = None
+        with contextlib.suppress(OSError):  # the rename itself to disk; not every file system allows it
+            dirfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dirfd)
+            finally:
+                os.close(dirfd)
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.tmp.unlink()
+            self.tmp = None
+
+
+def write_text(path: Path, text: str) -> None:
+    """Replace a text file's content atomically."""
+    out = AtomicFile(path)
+    tmp = out.open()
+    try:
+        try:
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        except OSError as err:
+            raise OutputError(path, reason_of(err)) from None
+        out.commit()
+    except BaseException:
+        out.discard()
+        raise
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises Interrupted (main thread only), so it unwinds like Ctrl-C."""
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
