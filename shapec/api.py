@@ -6,45 +6,55 @@ from pathlib import Path
 from typing import Iterator
 
 from .compiler.check import CheckedModule, check_module
+from .compiler.imports import STDLIB, Target, resolve, target_span
 from .syntax.parser import parse
 from .syntax.source import Diagnostic, ShapeError, Span
 
-STDLIB = Path(__file__).parent / "stdlib"
-
 
 class _Loader:
-    """Resolves imports (stdlib names and relative paths) and caches checked modules."""
+    """Resolves imports (see compiler/imports.py for where they may point) and caches checked modules."""
 
     def __init__(self):
-        self.done: dict[str, CheckedModule] = {}
-        self.active: list[str] = []
+        self.done: dict[Path, CheckedModule] = {}
+        self.active: list[Path] = []
 
     def file(self, path: Path) -> CheckedModule:
-        key = str(path.resolve())
-        if key in self.done:
-            return self.done[key]
-        if key in self.active:
-            raise ShapeError([Diagnostic("E205", f"import cycle through {path.name}", Span.none())])
-        self.active.append(key)
-        try:
-            text = path.read_text()
-            mod = self.source(text, str(path), path.parent)
-        finally:
-            self.active.pop()
-        self.done[key] = mod
-        return mod
+        """A spec the caller named: its imports stay inside its folder's tree."""
+        path = Path(path)
+        return self.source(path.read_text(), str(path), path.parent)
 
-    def source(self, text: str, filename: str, base: Path | None) -> CheckedModule:
-        def load(target: str, is_path: bool, span: Span) -> CheckedModule | None:
-            if is_path:
-                path = (base or Path.cwd()) / target
-            else:
-                path = STDLIB / f"{target.replace('.', '/')}.shape"
-            if not path.is_file():
-                return None
-            return self.file(path)
+    def source(self, text: str, filename: str, folder: Path) -> CheckedModule:
+        root = folder.absolute().resolve()
+        if root.is_relative_to(STDLIB):
+            root = STDLIB
+        real = Path(filename).absolute().resolve() if Path(filename).name.endswith(".shape") else None
+        if real is not None:
+            self.active.append(real)
+        try:
+            return self.checked(text, filename, folder, root)
+        finally:
+            if real is not None:
+                self.active.pop()
+
+    def checked(self, text: str, filename: str, folder: Path, root: Path) -> CheckedModule:
+        def load(target: str, is_path: bool, span: Span) -> CheckedModule | Diagnostic:
+            found = resolve(target, is_path, folder, root, span)
+            return found if isinstance(found, Diagnostic) else self.imported(found, span)
 
         return check_module(parse(text, filename), text, filename, load)
+
+    def imported(self, t: Target, span: Span) -> CheckedModule | Diagnostic:
+        if t.real in self.done:
+            return self.done[t.real]
+        if t.real in self.active:
+            return Diagnostic("E205", f"import cycle through {t.shown.name}", target_span(span))
+        self.active.append(t.real)
+        try:
+            mod = self.checked(t.text, str(t.shown), t.shown.parent, t.root)
+        finally:
+            self.active.pop()
+        self.done[t.real] = mod
+        return mod
 
 
 class CompiledModule:
@@ -115,11 +125,14 @@ def compile_str(source: str, filename: str = "<string>", backend: str | None = N
                 parallel: bool | None = None) -> CompiledModule:
     """Parse, check and compile .shape source text.
 
+    Path imports are relative to filename's folder and stay inside its tree; with the default
+    filename (a spec with no file), that is the current directory.
+
     parallel=True (or SHAPEC_PARALLEL=1) makes numba kernels run chunks of groups on several
     threads for large batches; the rewards are identical either way.
     """
-    base = Path(filename).parent if filename != "<string>" else None
-    return CompiledModule(_Loader().source(source, filename, base), resolve_backend(backend), resolve_parallel(parallel))
+    return CompiledModule(_Loader().source(source, filename, Path(filename).parent), resolve_backend(backend),
+                          resolve_parallel(parallel))
 
 
 def compile_file(path: str | Path, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
@@ -130,7 +143,7 @@ def compile_file(path: str | Path, backend: str | None = None, parallel: bool | 
 def load(name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
     """A stdlib module by name, e.g. load("nemo_rl")."""
     path = STDLIB / f"{name}.shape"
-    if not path.is_file():
+    if not name.isidentifier() or not path.is_file():
         known = sorted(p.stem for p in STDLIB.glob("*.shape"))
         raise KeyError(f"no stdlib module {name!r}; available: {', '.join(known)}")
     return compile_file(path, backend, parallel)
@@ -147,7 +160,7 @@ def check_file(path: str | Path) -> list[Diagnostic]:
 
 def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
     try:
-        _Loader().source(source, filename, Path(filename).parent if filename != "<string>" else None)
+        _Loader().source(source, filename, Path(filename).parent)
     except ShapeError as err:
         return err.diagnostics
     return []

@@ -9,11 +9,13 @@ from pathlib import Path
 from typing import Callable
 
 from ..syntax import ast as A
+from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
 from .ir import (
     BATCH, CONST, GROUP, PARAM, POISON, ROLLOUT, UNITS, LEVEL_NAMES,
     MetaSpec, Node, ParamSpec, PipelineIR, ShaperIR, Step, Type,
 )
+from .ir_depth import deep_expressions
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
 REDUCTIONS = {
@@ -75,6 +77,9 @@ class Checker:
                 loaded = self.loader(it.target, it.is_path, it.span) if self.loader else None
                 if loaded is None:
                     self.error("E205", f"cannot import {it.target!r}", it.span)
+                    continue
+                if isinstance(loaded, Diagnostic):  # refused or not found, with the loader's reason
+                    self.diags.append(loaded)
                     continue
                 alias = it.alias or Path(it.target).stem.replace("-", "_")
                 self.modules[alias] = loaded
@@ -1136,9 +1141,11 @@ class ShaperChecker:
 def check_module(mod: A.Module, source: str, filename: str, loader=None) -> CheckedModule:
     """Check a parsed module; raise ShapeError with every diagnostic found."""
     checker = Checker(loader)
-    out = checker.module(mod, source, filename)
-    if checker.diags:
-        raise ShapeError(sorted(checker.diags, key=lambda d: (d.path, d.span.start)))
+    with recursion_guard(mod.span):
+        out = checker.module(mod, source, filename)
+    diags = checker.diags + [d for ir in out.shapers.values() for d in deep_expressions(ir)]
+    if diags:
+        raise ShapeError(sorted(diags, key=lambda d: (d.path, d.span.start)))
     return out
 
 

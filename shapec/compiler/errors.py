@@ -5,6 +5,10 @@ CODES = {
     "E101": "unexpected token",
     "E102": "unexpected character",
     "E103": "unexpected end of input",
+    "E104": "expression nested too deeply (see MAX_EXPR_DEPTH in shapec/syntax/depth.py)",
+    "E105": "invalid escape in a string",
+    "E106": "control character inside a string (write it as an escape)",
+    "E107": "number too large for a float64",
     # E2xx names
     "E201": "unknown name",
     "E202": "duplicate definition",
@@ -15,6 +19,8 @@ CODES = {
     "E207": "recursive helper function",
     "E208": "unknown field",
     "E209": "skip condition uses a computed value",
+    "E210": "import leaves the spec's folder tree (absolute path, `..`, symlink, NUL, or a spec without a file)",
+    "E211": "import target is not a readable .shape spec",
     # E3xx types, units and levels
     "E301": "unit mismatch",
     "E302": "type mismatch",

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import ast as pyast
 import dataclasses
+import functools
 import threading
 from functools import lru_cache
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from . import ast as A
+from . import literals
+from .depth import MAX_EXPR_DEPTH, too_deep
 from .source import Diagnostic, ShapeError, Source, Span
 
 _TERMINAL_NAMES = {
@@ -110,13 +112,36 @@ def _doc(token: Token) -> str:
     return str(token)[3:-3]
 
 
+def _nested(method):
+    """Records how deep the expression a builder method makes is; one E104 where it passes the limit."""
+    @functools.wraps(method)
+    def build(self, meta, children):
+        node = method(self, meta, children)
+        depth = max((self.depth.get(id(c), 0) for c in children if c is not None), default=0)
+        if not isinstance(node, A.Arg):  # an argument is its value, not a level of its own
+            depth += 1
+            if depth == MAX_EXPR_DEPTH + 1:
+                self.diags.append(too_deep(node.span))
+        self.depth[id(node)] = depth
+        return node
+    return build
+
+
 @v_args(meta=True)
-class _Builder(Transformer):
-    """Builds AST nodes with spans from Lark's meta information."""
+class _Builder(Transformer_NonRecursive):
+    """Builds AST nodes with spans from Lark's meta information, bottom up without recursion
+    (a 100,000-term sum is as safe as a short one), collecting literal and depth errors."""
 
     def __init__(self, src: Source):
         super().__init__()
         self.src = src
+        self.diags: list[Diagnostic] = []
+        self.depth: dict[int, int] = {}  # id(expression node) -> levels; every node stays alive while building
+
+    def _string(self, tok: Token) -> str:
+        value, diags = literals.string(self.src, tok.start_pos, tok.end_pos)
+        self.diags.extend(diags)
+        return value
 
     def _span(self, meta) -> Span:
         if getattr(meta, "empty", True):
@@ -143,7 +168,7 @@ class _Builder(Transformer):
     def import_(self, meta, children):
         target, alias = children[0], children[1]
         if isinstance(target, Token) and target.type == "STRING":
-            return A.Import(pyast.literal_eval(str(target)), True, str(alias) if alias else None, self._span(meta))
+            return A.Import(self._string(target), True, str(alias) if alias else None, self._span(meta))
         return A.Import(str(target), False, str(alias) if alias else None, self._span(meta))
 
     def fn_def(self, meta, children):
@@ -260,7 +285,7 @@ class _Builder(Transformer):
 
     def metric(self, meta, children):
         name = children[0]
-        text = pyast.literal_eval(str(name)) if name.type == "STRING" else str(name)
+        text = self._string(name) if name.type == "STRING" else str(name)
         return A.Metric(text, children[1], self._span(meta))
 
     def result(self, meta, children):
@@ -279,62 +304,82 @@ class _Builder(Transformer):
         return A.KwArg(str(children[0]), children[1], self._span(meta))
 
     # expressions
+    @_nested
     def cond(self, meta, children):
         return A.Cond(*children, span=self._span(meta))
 
+    @_nested
     def or_(self, meta, children):
         return A.Binary("or", children[0], children[1], self._span(meta))
 
+    @_nested
     def and_(self, meta, children):
         return A.Binary("and", children[0], children[1], self._span(meta))
 
+    @_nested
     def not_(self, meta, children):
         return A.Unary("not", children[0], self._span(meta))
 
+    @_nested
     def compare(self, meta, children):
         left, op, right = children
         return A.Binary(str(op), left, right, self._span(meta))
 
+    @_nested
     def fallback(self, meta, children):
         return A.Binary("??", children[0], children[1], self._span(meta))
 
+    @_nested
     def binop(self, meta, children):
         left, op, right = children
         return A.Binary(str(op), left, right, self._span(meta))
 
+    @_nested
     def neg(self, meta, children):
         return A.Unary("-", children[0], self._span(meta))
 
+    @_nested
     def pow(self, meta, children):
         return A.Binary("**", children[0], children[1], self._span(meta))
 
+    @_nested
     def getattr(self, meta, children):
         return A.GetAttr(children[0], str(children[1]), self._span(meta))
 
+    @_nested
     def call(self, meta, children):
         func, *args = children
         return A.Call(func, tuple(a for a in args if a is not None), self._span(meta))
 
+    @_nested
     def arg(self, meta, children):
         return A.Arg(children[0], children[1], self._span(meta))
 
+    @_nested
     def number(self, meta, children):
         text = str(children[0])
-        is_int = all(ch.isdigit() for ch in text)
-        return A.Number(int(text) if is_int else float(text), text, self._span(meta))
+        value, problem = literals.number(text, self._span(meta))
+        if problem:
+            self.diags.append(problem)
+        return A.Number(value, text, self._span(meta))
 
+    @_nested
     def string(self, meta, children):
-        return A.String(pyast.literal_eval(str(children[0])), self._span(meta))
+        return A.String(self._string(children[0]), self._span(meta))
 
+    @_nested
     def true(self, meta, children):
         return A.Bool(True, self._span(meta))
 
+    @_nested
     def false(self, meta, children):
         return A.Bool(False, self._span(meta))
 
+    @_nested
     def name(self, meta, children):
         return A.Name(str(children[0]), self._span(meta))
 
+    @_nested
     def band_lit(self, meta, children):
         return A.BandLit(*children, span=self._span(meta))
 
@@ -349,6 +394,9 @@ def parse(text: str, path: str = "<string>") -> A.Module:
         raise ShapeError([_syntax_error(src, err)]) from None
     finally:
         _comment_sink.tokens = None
-    module = _Builder(src).transform(tree)
+    builder = _Builder(src)
+    module = builder.transform(tree)
+    if builder.diags:
+        raise ShapeError(sorted(builder.diags, key=lambda d: d.span.start))
     comments = tuple(A.Comment(str(t).rstrip(), Span(src, t.start_pos, t.end_pos)) for t in tokens)
     return dataclasses.replace(module, comments=comments)

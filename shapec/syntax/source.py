@@ -83,8 +83,8 @@ class Diagnostic:
             return head
         text = src.line_text(line)
         width = (end_col - col) if end_line == line else len(text) - col + 1
-        caret = " " * (col - 1) + "^" * max(1, width)
-        return f"{head}\n{text}\n{caret}"
+        caret = "".join("\t" if ch == "\t" else " " for ch in text[:col - 1]) + "^" * max(1, width)
+        return f"{head}\n{_printable(text)}\n{caret}"
 
     def to_json(self) -> dict:
         line, col, end_line, end_col = self.location()
@@ -98,6 +98,12 @@ class Diagnostic:
             "code": self.code,
             "message": self.message,
         }
+
+
+def _printable(line: str) -> str:
+    """The line as shown under a diagnostic: a control character (a stray CR, a NUL) would move
+    the cursor or vanish, so each shows as one U+FFFD and the caret stays under its column."""
+    return "".join(ch if ch == "\t" or ch.isprintable() else "\ufffd" for ch in line)
 
 
 class ShapeError(Exception):

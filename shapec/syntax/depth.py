@@ -1,0 +1,60 @@
+"""How deep an expression may nest, and the guard that keeps deep ones from becoming tracebacks.
+
+MAX_EXPR_DEPTH is the contract between the front end and the backends: every expression the
+checker accepts is at most this many operators, calls and conditionals deep (after helper
+functions are inlined), and every backend handles that depth. A chain counts one level per
+operator: `a + b + c` is two deep, like `(a + b) + c`, because that is what both backends
+evaluate. Deeper specs get E104 with a hint to split them with `let`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import traceback
+
+from .source import Diagnostic, ShapeError, Span
+
+MAX_EXPR_DEPTH = 256
+FRAMES_PER_LEVEL = 8  # Python frames the checker may use per level (measured: 4, for nested calls)
+
+
+def too_deep(span: Span) -> Diagnostic:
+    return Diagnostic("E104", f"expression nested too deeply (more than {MAX_EXPR_DEPTH} levels of operators, calls "
+                      "and conditionals); split it with `let`", span)
+
+
+@contextlib.contextmanager
+def recursion_guard(fallback: Span):
+    """Room on the stack for MAX_EXPR_DEPTH levels, and E104 instead of a RecursionError beyond.
+
+    The span reported is the outermost expression being worked on when the stack ran out
+    (found in the traceback), else `fallback`.
+    """
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, _stack_depth() + MAX_EXPR_DEPTH * FRAMES_PER_LEVEL + 200))
+    try:
+        yield
+    except RecursionError as err:
+        raise ShapeError([too_deep_at(err, fallback)]) from None
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _stack_depth() -> int:
+    frame, n = sys._getframe(), 0
+    while frame is not None:
+        frame, n = frame.f_back, n + 1
+    return n
+
+
+def too_deep_at(err: RecursionError, fallback: Span) -> Diagnostic:
+    from . import ast as A
+
+    skip = (A.Module, A.Shaper, A.Pipeline, A.Import, A.Comment)
+    nodes = tuple(t for t in vars(A).values() if isinstance(t, type) and t.__module__ == A.__name__ and t not in skip)
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        for value in frame.f_locals.values():
+            if isinstance(value, nodes) and value.span.source is not None:
+                return too_deep(value.span)
+    return too_deep(fallback)
