@@ -13,30 +13,44 @@ import ast
 import builtins
 import hashlib
 import math
-import re
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from .helpers import HELPERS
 from .ir import CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
+from .names import MANGLED, TEMP, Namer, ShapecInternalError
 from .schedule import fuse_block
+from .verify import verify
 
-
-
-class ShapecInternalError(RuntimeError):
-    """numba rejected a kernel the checker accepted: a shapec bug, never the user's."""
+SPILL_HEIGHT = 24  # deepest nesting of one emitted expression (at most 4 brackets a level; Python allows 200)
 
 
 # ------------------------------------------------------------------ emitter
 class Emitter:
-    """Lines of Python with an indentation level."""
+    """Lines of Python with an indentation level.
 
-    def __init__(self):
+    A temporary (names.TEMP) waiting in `pending` is written just before the first line that
+    reads it, at that line's indentation: an expression can be split anywhere (its parts are
+    pure) and each part still lands inside the loop that defines its indices.
+    """
+
+    def __init__(self, pending: dict[str, str] | None = None):
         self.lines: list[str] = []
         self.depth = 0
+        self.pending = pending if pending is not None else {}
 
     def __call__(self, line: str = "") -> None:
+        if self.pending and line and not line.startswith("#"):
+            self.flush(line)
         self.lines.append(("    " * self.depth + line) if line else "")
+
+    def flush(self, line: str) -> None:
+        for name in TEMP.findall(line):
+            code = self.pending.pop(name, None)
+            if code is not None:
+                self.flush(code)
+                self.lines.append("    " * self.depth + f"{name} = {code}")
 
     @contextmanager
     def indented(self):
@@ -59,312 +73,13 @@ def lit(x: float) -> str:
     return repr(x)
 
 
-# Helpers emitted at the top of every module; each mirrors one rule of runtime/interp.py.
-HELPERS = '''
-@njit(error_model="numpy", cache=True)
-def k_and(a, b):
-    if a == 0.0 or b == 0.0:
-        return 0.0
-    if isnan(a) or isnan(b):
-        return nan
-    return 1.0
-
-
-@njit(error_model="numpy", cache=True)
-def k_or(a, b):
-    if a == 1.0 or b == 1.0:
-        return 1.0
-    if isnan(a) or isnan(b):
-        return nan
-    return 0.0
-
-
-@njit(error_model="numpy", cache=True)
-def k_cond(c, a, b):
-    if c == 1.0:
-        return a
-    if c == 0.0:
-        return b
-    return nan
-
-
-@njit(error_model="numpy", cache=True)
-def k_fallback(a, b):
-    return b if isnan(a) else a
-
-
-@njit(error_model="numpy", cache=True)
-def k_min(a, b):
-    if isnan(a) or isnan(b):
-        return nan
-    return a if a <= b else b
-
-
-@njit(error_model="numpy", cache=True)
-def k_max(a, b):
-    if isnan(a) or isnan(b):
-        return nan
-    return a if a >= b else b
-
-
-@njit(error_model="numpy", cache=True)
-def k_clip(x, lo, hi):
-    if isnan(x) or isnan(lo) or isnan(hi):
-        return nan
-    y = x if x >= lo else lo
-    return y if y <= hi else hi
-
-
-@njit(error_model="numpy", cache=True)
-def k_log(x):
-    return np.log(x) if x > 0.0 else nan
-
-
-@njit(error_model="numpy", cache=True)
-def k_sqrt(x):
-    return np.sqrt(x) if x >= 0.0 else nan
-
-
-@njit(error_model="numpy", cache=True)
-def k_flag(b):
-    return 1.0 if b else 0.0
-
-
-@njit(error_model="numpy", cache=True)
-def k_cmp(op, a, b):
-    if isnan(a) or isnan(b):
-        return nan
-    if op == 0:
-        return k_flag(a == b)
-    if op == 1:
-        return k_flag(a != b)
-    if op == 2:
-        return k_flag(a < b)
-    if op == 3:
-        return k_flag(a <= b)
-    if op == 4:
-        return k_flag(a > b)
-    return k_flag(a >= b)
-
-
-@njit(error_model="numpy", cache=True)
-def k_band(x, a, b, f, present):
-    """1 up to a, linear to f at b, f past b; 1 for a malformed band; missing for no band."""
-    if present != 1.0:
-        return nan
-    if isnan(a) or isnan(b) or isnan(f) or not (b > a):
-        return 1.0
-    if x <= a:
-        return 1.0
-    if x >= b:
-        return f
-    return 1.0 - (x - a) / (b - a) * (1.0 - f)
-
-
-@njit(error_model="numpy", cache=True)
-def k_gate_code(v):
-    if v == 1.0:
-        return 0
-    if v == 0.0:
-        return 1
-    return 2
-
-
-@njit(error_model="numpy", cache=True)
-def k_usable(buf, k):
-    """A non-empty selection without missing values."""
-    if k == 0:
-        return False
-    for t in range(k):
-        if isnan(buf[t]):
-            return False
-    return True
-
-
-@njit(error_model="numpy", cache=True)
-def k_seq_sum(buf, k):
-    total = 0.0
-    for t in range(k):
-        total += buf[t]
-    return total
-
-
-@njit(error_model="numpy", cache=True)
-def k_sort(buf, k):
-    """Sort buf[:k] in place: insertion sort for a group-sized selection, numpy's sort beyond."""
-    if k > 32:
-        s = buf[:k]
-        s.sort()
-        return
-    for t in range(1, k):
-        v = buf[t]
-        u = t - 1
-        while u >= 0 and buf[u] > v:
-            buf[u + 1] = buf[u]
-            u -= 1
-        buf[u + 1] = v
-
-
-@njit(error_model="numpy", cache=True)
-def k_sorted_median(buf, k):
-    mid = k // 2
-    if k % 2:
-        return buf[mid]
-    return (buf[mid - 1] + buf[mid]) / 2.0
-
-
-@njit(error_model="numpy", cache=True)
-def red_count(buf, ibuf, k, extra):
-    c = 0.0
-    for t in range(k):
-        if buf[t] == 1.0:
-            c += 1.0
-    return c
-
-
-@njit(error_model="numpy", cache=True)
-def red_any(buf, ibuf, k, extra):
-    for t in range(k):
-        if buf[t] == 1.0:
-            return 1.0
-    return 0.0
-
-
-@njit(error_model="numpy", cache=True)
-def red_all(buf, ibuf, k, extra):
-    for t in range(k):
-        if buf[t] != 1.0:
-            return 0.0
-    return 1.0
-
-
-@njit(error_model="numpy", cache=True)
-def red_sum(buf, ibuf, k, extra):
-    return k_seq_sum(buf, k)
-
-
-@njit(error_model="numpy", cache=True)
-def red_mean(buf, ibuf, k, extra):
-    if not k_usable(buf, k):
-        return nan
-    return k_seq_sum(buf, k) / k
-
-
-@njit(error_model="numpy", cache=True)
-def red_min(buf, ibuf, k, extra):
-    if not k_usable(buf, k):
-        return nan
-    best = buf[0]
-    for t in range(1, k):
-        if buf[t] < best:
-            best = buf[t]
-    return best
-
-
-@njit(error_model="numpy", cache=True)
-def red_max(buf, ibuf, k, extra):
-    if not k_usable(buf, k):
-        return nan
-    best = buf[0]
-    for t in range(1, k):
-        if buf[t] > best:
-            best = buf[t]
-    return best
-
-
-@njit(error_model="numpy", cache=True)
-def red_argmin(buf, ibuf, k, extra):
-    """Index in the group of the first smallest selected value."""
-    if not k_usable(buf, k):
-        return nan
-    best = 0
-    for t in range(1, k):
-        if buf[t] < buf[best]:
-            best = t
-    return float(ibuf[best])
-
-
-@njit(error_model="numpy", cache=True)
-def red_argmax(buf, ibuf, k, extra):
-    if not k_usable(buf, k):
-        return nan
-    best = 0
-    for t in range(1, k):
-        if buf[t] > buf[best]:
-            best = t
-    return float(ibuf[best])
-
-
-@njit(error_model="numpy", cache=True)
-def red_std(buf, ibuf, k, extra):
-    """Sample standard deviation (ddof 1), two sequential passes."""
-    if not k_usable(buf, k) or k < 2:
-        return nan
-    mean = k_seq_sum(buf, k) / k
-    ss = 0.0
-    for t in range(k):
-        d = buf[t] - mean
-        ss += d * d
-    return np.sqrt(ss / (k - 1))
-
-
-@njit(error_model="numpy", cache=True)
-def srt_median(s, tmp, k, extra):
-    """The order statistics below read a selection already sorted by k_sort."""
-    if not k_usable(s, k):
-        return nan
-    return k_sorted_median(s, k)
-
-
-@njit(error_model="numpy", cache=True)
-def srt_mad(s, tmp, k, extra):
-    """Median of |x - median|: merging outwards from the median yields the deviations in
-    increasing order (med - x is exactly |x - med| below it), so no second sort."""
-    if not k_usable(s, k):
-        return nan
-    med = k_sorted_median(s, k)
-    b = 0
-    while b < k and s[b] < med:
-        b += 1
-    a = b - 1
-    for t in range(k):
-        if a >= 0 and (b >= k or med - s[a] <= s[b] - med):
-            tmp[t] = med - s[a]
-            a -= 1
-        else:
-            tmp[t] = s[b] - med
-            b += 1
-    return k_sorted_median(tmp, k)
-
-
-@njit(error_model="numpy", cache=True)
-def srt_quantile(s, tmp, k, q):
-    """Linear interpolation between the order statistics around q * (k - 1)."""
-    if not k_usable(s, k):
-        return nan
-    if isnan(q) or q < 0.0 or q > 1.0:
-        return nan
-    pos = q * (k - 1)
-    lo = int(np.floor(pos))
-    hi = min(lo + 1, k - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
-@njit(error_model="numpy", cache=True)
-def srt_nth_largest(s, tmp, k, i):
-    if not k_usable(s, k):
-        return nan
-    if isnan(i) or i < 0.0 or i >= k:
-        return nan
-    return s[k - 1 - int(i)]
-'''
-
 CMP_CODES = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
 UNARY_CALLS = {
     "abs": "abs({})", "exp": "np.exp({})", "log": "k_log({})", "sqrt": "k_sqrt({})",
     "sigmoid": "(1.0 / (1.0 + np.exp(-({}))))", "cos": "np.cos({})", "int": "np.trunc({})", "float": "({})",
     "missing": "k_flag(isnan({}))", "present": "k_flag(not isnan({}))",
 }
+BIN_OPS = ("+", "-", "*", "/", "**")
 ROLLOUT_VALUED = ("minmax", "centered")
 SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
 MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}}  # helper -> arrays it fills
@@ -381,9 +96,41 @@ class Arg:
 
 
 def _walk(node: Node):
-    yield node
-    for a in node.args:
-        yield from _walk(a)
+    """Every node under node, parents first; a stack, not recursion, since expressions can be deep."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.args))
+
+
+def _operands(node: Node) -> list[Node]:
+    """The children an expression's code is made of (reductions and bands are names in scope)."""
+    if node.op in ("reduce", "breduce", "bandfield"):
+        return []
+    return [x for x in node.args if x.ty.kind != "band"]
+
+
+def _spills(root: Node) -> list[Node]:
+    """The parts of an expression to write as temporaries, innermost first: every part whose
+    code would nest SPILL_HEIGHT deep, counting from the last temporary below it."""
+    height: dict[int, int] = {}
+    out: list[Node] = []
+    stack = [(root, False)]
+    while stack:
+        n, children_done = stack.pop()
+        if id(n) in height:
+            continue
+        if not children_done:
+            stack.append((n, True))
+            stack.extend((c, False) for c in _operands(n) if id(c) not in height)
+            continue
+        h = 1 + max((height[id(c)] for c in _operands(n)), default=0)
+        if h >= SPILL_HEIGHT and n is not root:
+            out.append(n)
+            h = 0
+        height[id(n)] = h
+    return out
 
 
 def _steps_nodes(ir: ShaperIR):
@@ -413,12 +160,16 @@ class Scope:
 class StageLowering:
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
-    def __init__(self, ir: ShaperIR, fname: str, parallel: bool = False):
+    def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False):
         self.ir = ir
         self.fname = fname
+        self.namer = namer
         self.parallel = parallel
-        self.out = Emitter()
-        self.counter = 0
+        self.pending: dict[str, str] = {}  # temporaries not yet written (Emitter)
+        self.out = self.emitter()
+        self.var_names: dict[str, str] = {}
+        self.keys: dict[int, int] = {}  # id(node) -> its structural identity as a small number
+        self.interned: dict[tuple, int] = {}
         self.vars: dict[str, str] = {}  # var name -> storage: rollout, group, scalar, item:<list>, term:<k>, factor:<k>
         self.args: list[Arg] = []
         self.arrays: list[str] = []  # allocation lines for per-variable arrays of the whole batch
@@ -427,7 +178,7 @@ class StageLowering:
 
     # ------------------------------------------------------------ arguments
     def plan_args(self) -> None:
-        ir = self.ir
+        ir, new = self.ir, self.namer.new
         a = self.args
         a += [Arg("rewards", "rewards"), Arg("env_rewards", "env_rewards"),
               Arg("offsets", "offsets", numba_type="nt.int64[::1]"), Arg("components", "components"),
@@ -436,8 +187,8 @@ class StageLowering:
             a.append(Arg("nthreads", "nthreads", numba_type="nt.int64"))
         self.input_names = {}
         for name, _ in ir.inputs:
-            self.input_names[name] = f"in_{name}"
-            a.append(Arg(f"in_{name}", "input", name))
+            self.input_names[name] = new("in", name)
+            a.append(Arg(self.input_names[name], "input", name))
         metas, bands, lists = [], [], []
         for node in _steps_nodes(ir):
             for n in _walk(node):
@@ -451,24 +202,27 @@ class StageLowering:
                         lists.append(lst)
                 elif n.op == "reduce" and n.attr[1] and n.attr[1] not in lists:
                     lists.append(n.attr[1])
-        self.meta_names = {p: f"m{i}_{p.replace('.', '_')}" for i, p in enumerate(metas)}
-        self.band_names = {p: f"bd{i}_{p.replace('.', '_')}" for i, p in enumerate(bands)}
+        self.meta_names = {p: new("m", p) for p in metas}
+        self.band_names = {p: new("bd", p) for p in bands}
         a += [Arg(v, "meta", p) for p, v in self.meta_names.items()]
         a += [Arg(v, "band", p, "nt.float64[:, ::1]") for p, v in self.band_names.items()]
-        self.list_offsets = {}
+        self.list_offsets: dict[str, str] = {}
+        self.list_sizes: dict[str, str] = {}
         self.list_fields: dict[str, str] = {}
         spec = {m.name: m for m in ir.metas}
         for lst in lists:
-            self.list_offsets[lst] = f"lo_{lst}"
-            a.append(Arg(f"lo_{lst}", "list_offsets", lst, "nt.int64[::1]"))
+            self.list_offsets[lst] = new("lo", lst)
+            self.list_sizes[lst] = new("ni", lst)
+            a.append(Arg(self.list_offsets[lst], "list_offsets", lst, "nt.int64[::1]"))
             for fld, _ in spec[lst].fields:
-                self.list_fields[f"{lst}.{fld}"] = f"lf_{lst}_{fld}"
-                a.append(Arg(f"lf_{lst}_{fld}", "list_field", (lst, fld)))
+                self.list_fields[f"{lst}.{fld}"] = new("lf", f"{lst}_{fld}")
+                a.append(Arg(self.list_fields[f"{lst}.{fld}"], "list_field", (lst, fld)))
         self.param_names = {}
         for ps in ir.params:
-            self.param_names[ps.name] = f"p_{ps.name}"
-            a.append(Arg(f"p_{ps.name}", "param", ps.name,
+            self.param_names[ps.name] = new("p", ps.name)
+            a.append(Arg(self.param_names[ps.name], "param", ps.name,
                          "nt.float64[:, ::1]" if ps.kind == "band" else "nt.float64[::1]"))
+        self.state_names = {name: new("st", name) for name, _ in ir.states}
         a.append(Arg("state_in", "state"))
         # outputs, allocated by numpy (whose large arrays get transparent huge pages) and filled here
         a += [Arg("out", "out"), Arg("terms", "out_terms", numba_type="nt.float64[:, ::1]"),
@@ -480,9 +234,51 @@ class StageLowering:
         return "(" + ", ".join(a.numba_type for a in self.args) + ",)"
 
     # ------------------------------------------------------------ naming
-    def fresh(self, stem: str) -> str:
-        self.counter += 1
-        return f"{stem}{self.counter}"
+    def fresh(self, kind: str) -> str:
+        return self.namer.new(kind)
+
+    def var(self, name: str) -> str:
+        """The kernel name of a let, gate or channel."""
+        if name not in self.var_names:
+            self.var_names[name] = self.namer.new("v", name)
+        return self.var_names[name]
+
+    def note(self, text: str) -> str:
+        """A comment of the generator's own text, registered for verify.py."""
+        return self.namer.comment(text)
+
+    def label(self, step: Step) -> str:
+        """A statement's comment: its kind and its kernel name or index, never its spec name."""
+        if step.kind in ("let", "gate", "gaterules"):
+            return f"{step.kind} {self.var(step.name)}"
+        if step.kind == "state":
+            return f"state {self.state_names[step.name]}"
+        if step.kind == "skip":
+            return f"skip {self.ir.skip_reasons.index(step.name)}"
+        index = {"term": self.ir.terms, "factor": self.ir.factors}.get(step.kind)
+        return f"{step.kind} {index.index(step.name)}" if index else step.kind
+
+    def emitter(self, depth: int = 0) -> Emitter:
+        out = Emitter(self.pending)
+        out.depth = depth
+        return out
+
+    def key(self, node: Node) -> int:
+        """Node.key() as a small number, computed without recursion: equal structure, equal number."""
+        stack = [node]
+        while stack:
+            n = stack[-1]
+            if id(n) in self.keys:
+                stack.pop()
+                continue
+            todo = [a for a in n.args if id(a) not in self.keys]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            ident = (n.op, n.attr, tuple(self.keys[id(a)] for a in n.args))
+            self.keys[id(n)] = self.interned.setdefault(ident, len(self.interned))
+        return self.keys[id(node)]
 
     def storage(self, node: Node, name: str) -> str:
         """Where a let/gate value lives: per rollout values only metrics read stay in group scratch."""
@@ -498,7 +294,7 @@ class StageLowering:
     def alloc(self, storage: str, name: str) -> None:
         size = {"rollout": "n", "group": "G", "local": "width"}.get(storage)
         if size is None and storage.startswith("item:"):
-            size = f"nitems_{storage[5:]}"
+            size = self.list_sizes[storage[5:]]
         if size is not None:
             lines = self.chunk_arrays if storage == "local" else self.arrays
             lines.append(f"{name} = np.full({size}, nan)")
@@ -527,6 +323,19 @@ class StageLowering:
             raise ShapecInternalError(f"shaper {self.ir.name!r}: a group value reached a batch-level statement")
 
     def ex(self, node: Node, ctx: str, scope: Scope) -> str:
+        """node as one Python expression in ctx. Parts nested deeper than SPILL_HEIGHT become
+        temporaries first, innermost first, so no line exceeds Python's nesting limit however
+        long a chain the checker accepts, and no lowering recursion runs deeper than that."""
+        memo: dict[int, str] = {}
+        for part in _spills(node):
+            name = self.fresh("t")
+            self.pending[name] = self.ex_node(part, ctx, scope, memo)
+            memo[id(part)] = name
+        return self.ex_node(node, ctx, scope, memo)
+
+    def ex_node(self, node: Node, ctx: str, scope: Scope, memo: dict[int, str]) -> str:
+        if id(node) in memo:
+            return memo[id(node)]
         op = node.op
         if op == "const":
             return lit(node.attr)
@@ -537,9 +346,9 @@ class StageLowering:
             if ns == "input":
                 return f"{self.input_names[name]}[i]"
             if ns == "var":
-                return self.read(self.vars[name], f"v_{name}", ctx)
+                return self.read(self.vars[name], self.var(name), ctx)
             if ns == "state":
-                return f"st_{name}"
+                return self.state_names[name]
             if ns == "meta":
                 return self.read("group", self.meta_names[name], ctx)
             if ns == "item":
@@ -556,12 +365,14 @@ class StageLowering:
             raise ShapecInternalError(f"lowering: unknown reference {node.attr}")
         if op in ("reduce", "breduce", "bandfield"):
             return self.scoped(node, scope)
-        a = [self.ex(x, ctx, scope) for x in node.args if x.ty.kind != "band"]
+        a = [self.ex_node(x, ctx, scope, memo) for x in _operands(node)]
         if op == "neg":
             return f"(-{a[0]})"
         if op == "not":
             return f"(1.0 - {a[0]})"
         if op == "bin":
+            if node.attr not in BIN_OPS:
+                raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
             return f"({a[0]} {node.attr} {a[1]})"
         if op == "cmp":
             return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
@@ -582,7 +393,9 @@ class StageLowering:
             fn = node.attr
             if fn in ("min", "max"):
                 out = a[0]
-                for x in a[1:]:
+                for k, x in enumerate(a[1:], 1):
+                    if k % SPILL_HEIGHT == 0:  # a long fold nests like a long chain
+                        out, self.pending[t] = (t := self.fresh("t")), out
                     out = f"k_{fn}({out}, {x})"
                 return out
             if fn == "clip":
@@ -592,9 +405,9 @@ class StageLowering:
 
     def scoped(self, node: Node, scope: Scope):
         """A value hoisted out of the current loop: a reduction, a batch reduction or a band."""
-        key = node.key()
+        key = self.key(node)
         if node.op == "bandfield":
-            key = node.args[0].key()
+            key = self.key(node.args[0])
             return scope.names[key]["abf".index(node.attr)]
         value = scope.names[key]
         return value
@@ -605,24 +418,26 @@ class StageLowering:
 
         level is "group" inside a group loop, "batch" outside it.
         """
-        key = node.key()
-        if key in scope.names:
-            return
-        if node.op != "breduce":  # a batch reduction hoists its operands inside its own group loop
-            for child in node.args:
-                self.hoist(child, scope, level)
-        if node.op == "reduce":
-            self.emit_reduce(node, scope)
-        elif node.op == "breduce":
-            self.emit_breduce(node, scope)
-        elif node.ty.kind == "band" and node.op in ("bandref", "bandlit", "bandfallback", "bandcond"):
-            self.emit_band(node, scope, level)
+        stack = [(node, False)]  # a stack, not recursion: expressions can be deep
+        while stack:
+            n, children_done = stack.pop()
+            if self.key(n) in scope.names:
+                continue
+            if not children_done:
+                stack.append((n, True))
+                if n.op != "breduce":  # a batch reduction hoists its operands inside its own group loop
+                    stack.extend((child, False) for child in reversed(n.args))
+            elif n.op == "reduce":
+                self.emit_reduce(n, scope)
+            elif n.op == "breduce":
+                self.emit_breduce(n, scope)
+            elif n.ty.kind == "band" and n.op in ("bandref", "bandlit", "bandfallback", "bandcond"):
+                self.emit_band(n, scope, level)
 
     def emit_band(self, node: Node, scope: Scope, level: str) -> None:
         o = self.out
         ctx = "group" if level == "group" else "batch"
-        base = self.fresh("band")
-        names = tuple(f"{base}_{c}" for c in "abfp")
+        names = tuple(self.fresh("band") for _ in "abfp")
         if node.op == "bandref":
             ns, name = node.attr
             src = self.param_names[name] if ns == "param" else self.band_names[name]
@@ -631,17 +446,17 @@ class StageLowering:
         elif node.op == "bandlit":
             parts = [self.ex(x, ctx, scope) for x in node.args] + ["1.0"]
         elif node.op == "bandfallback":
-            x, y = (scope.names[n.key()] for n in node.args)
+            x, y = (scope.names[self.key(n)] for n in node.args)
             parts = [f"{xc} if {x[3]} == 1.0 else {yc}" for xc, yc in zip(x, y)]
         else:
             c = self.ex(node.args[0], ctx, scope)
-            x, y = (scope.names[n.key()] for n in node.args[1:])
+            x, y = (scope.names[self.key(n)] for n in node.args[1:])
             parts = [f"k_cond({c}, {xc}, {yc})" for xc, yc in zip(x[:3], y[:3])]
             parts.append(f"{x[3]} if {c} == 1.0 else ({y[3]} if {c} == 0.0 else 0.0)")
-        o(f"# band {node.op}")
+        o(self.note(f"band {node.op}"))
         for name, part in zip(names, parts):
             o(f"{name} = {part}")
-        scope.names[node.key()] = names
+        scope.names[self.key(node)] = names
 
     def select_loop(self, over: str):
         """(loop header, index variable, context, local index expression) over one group."""
@@ -659,13 +474,12 @@ class StageLowering:
         """
         op, over = node.attr
         arg, mask = node.args[:2]
-        key = _selection_key(node)
+        key = self.selection_key(node)
         if key in scope.names:
             return scope.names[key]
         o = self.out
         ops = self.selection_ops[key]
-        number = self.selection_names.setdefault(key, len(self.selection_names))
-        vals, idx, k = f"sel{number}", f"isel{number}", f"ksel{number}"
+        vals, idx, k = self.fresh("sel"), self.fresh("isel"), self.fresh("ksel")
         self.alloc_scratch(vals, "np.empty(width)")
         indexed = "argmin" in ops or "argmax" in ops
         if not indexed:
@@ -673,8 +487,8 @@ class StageLowering:
         else:
             self.alloc_scratch(idx, "np.zeros(width, np.int64)")
         header, _, ctx, local = self.select_loop(over)
-        o(f"# selection for {'/'.join(sorted(set(ops)))} "
-          f"({'items of ' + over if over else 'rollouts'}{', sorted' if key[3] else ''})")
+        o(self.note(f"selection {vals} for {'/'.join(sorted(set(map(_reduction, ops))))} "
+                    f"({'items of ' + self.list_offsets[over] if over else 'rollouts'}{', sorted' if key[3] else ''})"))
         o(f"{k} = 0")
         o(header)
         with o.indented():
@@ -688,6 +502,11 @@ class StageLowering:
             o(f"k_sort({vals}, {k})")
         scope.names[key] = (vals, idx, k)
         return vals, idx, k
+
+    def selection_key(self, node: Node) -> tuple:
+        """What a reduction reads: its values, its mask, the list it runs over, and whether sorted."""
+        op, over = node.attr
+        return (self.key(node.args[0]), self.key(node.args[1]), over, op in SORTED_OPS)
 
     def alloc_scratch(self, name: str, init: str) -> None:
         """A group-sized buffer in the function being emitted (the chunk function or the kernel)."""
@@ -704,7 +523,7 @@ class StageLowering:
         name = self.fresh("r")
         vals, idx, k = self.selection(node, scope)
         if op in ROLLOUT_VALUED:
-            storage = f"item:{over}" if over else ("rollout" if node.key() in self.stored else "local")
+            storage = f"item:{over}" if over else ("rollout" if self.key(node) in self.stored else "local")
             self.alloc(storage, name)
             target = self.read(storage, name, ctx)
             value = self.ex(arg, ctx, scope)
@@ -719,26 +538,26 @@ class StageLowering:
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(mean_) else {value} - mean_")
-            scope.names[node.key()] = target
-            if node.key() in self.stored:
-                self.stored[node.key()] = target
+            scope.names[self.key(node)] = target
+            if self.key(node) in self.stored:
+                self.stored[self.key(node)] = target
             return
         extra = self.ex(extras[0], "group", scope) if extras else "0.0"
         call = f"srt_{op}({vals}, tbuf, {k}, {extra})" if op in SORTED_OPS else f"red_{op}({vals}, {idx}, {k}, {extra})"
-        if node.key() in self.stored:
+        if self.key(node) in self.stored:
             self.alloc("group", name)
             o(f"{name}[g] = {call}")
-            scope.names[node.key()] = f"{name}[g]"
-            self.stored[node.key()] = f"{name}[g]"
+            scope.names[self.key(node)] = f"{name}[g]"
+            self.stored[self.key(node)] = f"{name}[g]"
         else:
             o(f"{name} = {call}")
-            scope.names[node.key()] = name
+            scope.names[self.key(node)] = name
 
     def emit_breduce(self, node: Node, scope: Scope) -> None:
         o = self.out
         arg, mask = node.args
         name = self.fresh("b")
-        o(f"# batch.{node.attr}")
+        o(self.note(f"batch.{_reduction(node.attr)}"))
         o("kb = 0")
         o("for g in range(G):")
         with o.indented():
@@ -754,57 +573,55 @@ class StageLowering:
                     o(f"bbuf[kb] = {self.ex(arg, 'rollout', inner)}")
                     o("kb += 1")
         o(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
-        scope.names[node.key()] = name
+        scope.names[self.key(node)] = name
 
     # ------------------------------------------------------------ statements
     def lower(self) -> str:
         ir, o = self.ir, self.out
         self.in_metrics = False
-        metric_keys = {n.key() for _, m in ir.metrics for n in _walk(m) if n.op == "reduce"}
+        metric_keys = {self.key(n) for _, m in ir.metrics for n in _walk(m) if n.op == "reduce"}
         self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in _walk(m) if n.op == "ref" and n.attr[0] == "var"}
         self.stored: dict[tuple, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
         self.selection_ops: dict[tuple, list[str]] = {}  # selection -> the reductions reading it
-        self.selection_names: dict[tuple, int] = {}
-        reductions = {n.key(): n for node in _steps_nodes(ir) for n in _walk(node) if n.op == "reduce"}
+        reductions = {self.key(n): n for node in _steps_nodes(ir) for n in _walk(node) if n.op == "reduce"}
         for n in reductions.values():
-            self.selection_ops.setdefault(_selection_key(n), []).append(n.attr[0])
+            self.selection_ops.setdefault(self.selection_key(n), []).append(n.attr[0])
         self.in_chunk = False
         for k, t in enumerate(ir.terms):
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
             self.vars[f] = f"factor:{k}"
-        batch_code = Emitter()
-        batch_code.depth = 1
-        self.out = batch_code
+        batch_code = self.out = self.emitter(1)
         batch = Scope()
         self.lower_channels(batch)
         self.lower_batch_steps(batch)
-        groups = Emitter()
-        groups.depth = 1
-        self.out = groups
+        groups = self.out = self.emitter(1)
         self.in_chunk = True
         self.lower_groups()
         groups.lines[1:] = fuse_block(groups.lines[1:], 2, MUTATING_HELPERS)
         self.in_chunk = False
-        after = Emitter()
-        after.depth = 1
-        self.out = after
+        after = self.out = self.emitter(1)
         self.lower_metrics(batch)
         after("return state_out, bad_i, bad_g")
+        if self.pending:
+            raise ShapecInternalError(f"lowering: temporaries {sorted(self.pending)} were never written")
         chunk, free = self.chunk_function(groups.text())
 
-        head = Emitter()
-        head(f"@njit(cache=True, error_model=\"numpy\"{PARALLEL_OPTION if self.parallel else ''})  # compiled for SIG_{self.fname}")
-        head(f"def kernel_{self.fname}(")
+        head = self.emitter()
+        sig, kernel = self.namer.derived("SIG_", self.fname), self.namer.derived("kernel_", self.fname)
+        head(f"@njit(cache=True, error_model=\"numpy\"{PARALLEL_OPTION if self.parallel else ''})  "
+             + self.note(f"compiled for {sig}"))
+        head(f"def {kernel}(")
         with head.indented():
             for k in range(0, len(self.args), 6):
                 head(", ".join(a.name for a in self.args[k:k + 6]) + ",")
         head("):")
         with head.indented():
-            head(f'"""Shaper {ir.name!r}: fills out (n), terms ({len(ir.terms)}, n), factors ({len(ir.factors)}, n), '
-                 f'skip (G), gates ({len(ir.gate_reasons)}, G) and metrics ({len(ir.metrics)}); returns the new '
-                 'state and the first non-finite reward (rollout, group) or -1."""')
+            head(self.namer.string(
+                f"Fills out (n), terms ({len(ir.terms)}, n), factors ({len(ir.factors)}, n), skip (G), gates "
+                f"({len(ir.gate_reasons)}, G) and metrics ({len(ir.metrics)}); returns the new state and the "
+                "first non-finite reward (rollout, group) or -1."))
             head("n = rewards.shape[0]")
             head("G = offsets.shape[0] - 1")
             head("state_out = state_in.copy()")
@@ -815,7 +632,7 @@ class StageLowering:
             with head.indented():
                 head("width = max(width, offsets[g + 1] - offsets[g])")
             for lst, off in self.list_offsets.items():
-                head(f"nitems_{lst} = {off}[G]")
+                head(f"{self.list_sizes[lst]} = {off}[G]")
                 head("for g in range(G):")
                 with head.indented():
                     head(f"width = max(width, {off}[g + 1] - {off}[g])")
@@ -827,11 +644,10 @@ class StageLowering:
             if "bbuf" in scratch_used:
                 head("bbuf = np.empty(n)")
             for k, (name, _) in enumerate(ir.states):
-                head(f"st_{name} = state_in[{k}]")
+                head(f"{self.state_names[name]} = state_in[{k}]")
             for line in self.arrays:
                 head(line)
-        dispatch = Emitter()
-        dispatch.depth = 1
+        dispatch = self.emitter(1)
         self.dispatch_groups(dispatch, ", ".join(free))
         return chunk + "\n\n" + head.text() + batch_code.text() + dispatch.text() + after.text()
 
@@ -841,17 +657,16 @@ class StageLowering:
         Chunks of groups then run one after another, or in parallel (prange) with no shared scratch.
         Its other arguments are exactly the names the loop reads but does not define.
         """
-        head = Emitter()
-        head.depth = 1
+        head = self.emitter(1)
         head("bad_i = -1")
         head("bad_g = -1")
         used = _names(groups)
         for scratch, init in (("ibuf", "np.zeros(width, np.int64)"), ("tbuf", "np.empty(width)")):
             if scratch in used:
                 head(f"{scratch} = {init}")
-        head("tot = np.zeros(width)  # the group's term sums")
-        head("run = np.zeros(width)  # the group's running rewards")
-        head("base = np.zeros(width)  # the reward entering the factors: they apply where it is > 0")
+        head("tot = np.zeros(width)  " + self.note("the group's term sums"))
+        head("run = np.zeros(width)  " + self.note("the group's running rewards"))
+        head("base = np.zeros(width)  " + self.note("the reward entering the factors: they apply where it is > 0"))
         for line in self.chunk_arrays:
             head(line)
         body = head.text() + groups + "    return bad_i, bad_g\n"
@@ -859,21 +674,21 @@ class StageLowering:
         order = [a.name for a in self.args]
         free = sorted(loaded - stored - MODULE_NAMES - {"g0", "g1"},
                       key=lambda n: (order.index(n) if n in order else len(order), n))
-        fn = Emitter()
+        fn = self.emitter()
         types = ", ".join(["nt.int64", "nt.int64", *(self.free_type(name) for name in free)])
-        fn(f"SIG_groups_{self.fname} = ({types},)")
+        sig, groups_fn = self.namer.derived("SIG_groups_", self.fname), self.namer.derived("groups_", self.fname)
+        fn(f"{sig} = ({types},)")
         fn()
         fn()
-        fn(f"@njit(SIG_groups_{self.fname}, cache=True, error_model=\"numpy\")")
-        fn(f"def groups_{self.fname}(")
+        fn(f"@njit({sig}, cache=True, error_model=\"numpy\")")
+        fn(f"def {groups_fn}(")
         with fn.indented():
             names = ["g0", "g1", *free]
             for k in range(0, len(names), 6):
                 fn(", ".join(names[k:k + 6]) + ",")
         fn("):")
         with fn.indented():
-            fn(f'"""Groups g0..g1-1 of shaper {self.ir.name!r}; returns the first non-finite reward '
-               '(rollout, group) or -1."""')
+            fn(self.namer.string("Groups g0..g1-1; returns the first non-finite reward (rollout, group) or -1."))
         return fn.text() + body, free
 
     def free_type(self, name: str) -> str:
@@ -885,19 +700,20 @@ class StageLowering:
             return args[name]
         if name in arrays or name == "state_out":
             return "nt.float64[::1]"
-        if name in ("n", "G", "width") or name.startswith("nitems_"):
+        mangled = MANGLED.fullmatch(name)
+        if name in ("n", "G", "width") or name in self.list_sizes.values():
             return "nt.int64"
-        if re.fullmatch(r"(v|st)_\w+|[rb]\d+|band\d+_[abfp]", name):  # batch lets, states, reductions, bands
+        if mangled and mangled["kind"] in ("v", "st", "r", "b", "band"):  # batch lets, states, reductions, bands
             return "nt.float64"
         raise ShapecInternalError(f"shaper {self.ir.name!r}: the group loop reads {name!r}, of no known type")
 
     def dispatch_groups(self, o: Emitter, free: str) -> None:
         """Call the chunk function on all groups at once, or on chunks of groups across threads."""
-        call = f"groups_{self.fname}"
+        call = self.namer.derived("groups_", self.fname)
         if not self.parallel:
             o(f"bad_i, bad_g = {call}(0, G, {free})")
             return
-        o(f"# in parallel from {PARALLEL_MIN_ROLLOUTS} rollouts: a few chunks of groups per thread")
+        o(self.note(f"in parallel from {PARALLEL_MIN_ROLLOUTS} rollouts: a few chunks of groups per thread"))
         o(f"nchunks = min(G, 4 * nthreads) if n >= {PARALLEL_MIN_ROLLOUTS} else 1")
         o("if nchunks <= 1:")
         with o.indented():
@@ -910,7 +726,7 @@ class StageLowering:
                 o(f"bad_c = {call}(c * G // nchunks, (c + 1) * G // nchunks, {free})")
                 o("bad[c, 0] = bad_c[0]")
                 o("bad[c, 1] = bad_c[1]")
-            o("for c in range(nchunks):  # the first bad chunk holds the first bad reward")
+            o("for c in range(nchunks):  " + self.note("the first bad chunk holds the first bad reward"))
             with o.indented():
                 o("if bad[c, 0] >= 0:")
                 with o.indented():
@@ -927,7 +743,7 @@ class StageLowering:
                                    for node in outside for n in _walk(node))
         if not self.ir.channels or not self.global_channels:
             return
-        o("# channels")
+        o(self.note("channels"))
         o("for g in range(G):")
         with o.indented():
             o("s = offsets[g]")
@@ -938,31 +754,31 @@ class StageLowering:
         o = self.out
         for name, _ in self.ir.channels:
             self.vars[name] = storage
-            self.alloc(storage, f"v_{name}")
+            self.alloc(storage, self.var(name))
         o("for i in range(s, e):")
         with o.indented():
             for name, node in self.ir.channels:
-                o(f"{self.read(storage, f'v_{name}', 'rollout')} = {self.ex(node, 'rollout', Scope())}")
+                o(f"{self.read(storage, self.var(name), 'rollout')} = {self.ex(node, 'rollout', Scope())}")
 
     def lower_batch_steps(self, batch: Scope) -> None:
         o = self.out
         states = [n for n, _ in self.ir.states]
         for step in self.ir.batch_steps:
-            o(f"# {step.kind} {step.name}")
+            o(self.note(self.label(step)))
             self.hoist(step.expr, batch, "batch")
             value = self.ex(step.expr, "batch", batch)
             if step.kind == "state":
-                o(f"st_{step.name} = {value}")
-                o(f"state_out[{states.index(step.name)}] = st_{step.name}")
+                o(f"{self.state_names[step.name]} = {value}")
+                o(f"state_out[{states.index(step.name)}] = {self.state_names[step.name]}")
             else:
                 self.vars[step.name] = "scalar"
-                o(f"v_{step.name} = {value}")
+                o(f"{self.var(step.name)} = {value}")
         # constant lets and gates depend on nothing per group: compute them once, up front
         for step in self.ir.steps:
             if step.kind in ("let", "gate") and step.expr.ty.level == CONST and not step.expr.ty.items:
                 self.hoist(step.expr, batch, "batch")
                 self.vars[step.name] = "scalar"
-                o(f"v_{step.name} = {self.ex(step.expr, 'batch', batch)}")
+                o(f"{self.var(step.name)} = {self.ex(step.expr, 'batch', batch)}")
 
     def lower_groups(self) -> None:
         ir, o = self.ir, self.out
@@ -972,17 +788,17 @@ class StageLowering:
             o("e = offsets[g + 1]")
             scope = Scope()
             if self.ir.channels and not self.global_channels:
-                o("# channels")
+                o(self.note("channels"))
                 self.group_channels("local")
             self.lower_skips(scope)
             for step in ir.batch_steps:
                 if step.kind == "gate" and step.name in self.gate_index:
-                    o(f"gates[{self.gate_index[step.name]}, g] = k_gate_code(v_{step.name})")
+                    o(f"gates[{self.gate_index[step.name]}, g] = k_gate_code({self.var(step.name)})")
             self.first_running = True
             self.first_factor = True
             self.has_terms = False
             for step in ir.steps:
-                o(f"# {step.kind} {step.name}")
+                o(self.note(self.label(step)))
                 getattr(self, f"step_{step.kind}")(step, scope)
             self.finish_group(scope)
 
@@ -997,13 +813,13 @@ class StageLowering:
                 self.hoist(step.expr, scope, "group")
                 v = self.ex(step.expr, "group", scope)
                 hit = f"{v} == 1.0" if step.mode == "when" else f"{v} != 1.0"
-                o(f"if code == 0 and {hit}:  # skip {step.name}")
+                o(f"if code == 0 and {hit}:  " + self.note(self.label(step)))
                 with o.indented():
                     o(f"code = {ir.skip_reasons.index(step.name)}")
 
         apply(config)
         if ir.requires == "binary":
-            o("if code == 0:  # binary rewards only")
+            o("if code == 0:  " + self.note("binary rewards only"))
             with o.indented():
                 o("for i in range(s, e):")
                 with o.indented():
@@ -1015,11 +831,12 @@ class StageLowering:
         apply(data)
         o("skip[g] = code")
 
-    def rollout_loop(self, step: Step, scope: Scope, exprs) -> tuple:
-        for n in exprs:
+    def rollout_loop(self, step: Step, scope: Scope) -> str:
+        """The statement's value per rollout, with the reductions of its value, `on` and `when` hoisted."""
+        for n in (step.expr, step.on, step.when):
             if n is not None:
                 self.hoist(n, scope, "group")
-        return tuple(self.ex(n, "rollout", scope) if n is not None else None for n in exprs)
+        return self.ex(step.expr, "rollout", scope)
 
     def applies(self, step: Step, scope: Scope) -> str:
         """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none)."""
@@ -1037,42 +854,42 @@ class StageLowering:
             return
         storage = self.storage(step.expr, step.name)
         self.vars[step.name] = storage
-        self.alloc(storage, f"v_{step.name}")
+        self.alloc(storage, self.var(step.name))
         self.hoist(step.expr, scope, "group")
         if storage == "group":
-            o(f"v_{step.name}[g] = {self.ex(step.expr, 'group', scope)}")
+            o(f"{self.var(step.name)}[g] = {self.ex(step.expr, 'group', scope)}")
         elif storage in ("rollout", "local"):
             o("for i in range(s, e):")
             with o.indented():
-                o(f"{self.read(storage, f'v_{step.name}', 'rollout')} = {self.ex(step.expr, 'rollout', scope)}")
+                o(f"{self.read(storage, self.var(step.name), 'rollout')} = {self.ex(step.expr, 'rollout', scope)}")
         else:
             header, _, ctx, _ = self.select_loop(storage[5:])
             o(header)
             with o.indented():
-                o(f"v_{step.name}[j] = {self.ex(step.expr, ctx, scope)}")
+                o(f"{self.var(step.name)}[j] = {self.ex(step.expr, ctx, scope)}")
 
     def step_gate(self, step: Step, scope: Scope) -> None:
         self.step_let(step, scope)
         if step.name in self.gate_index:
-            value = self.read(self.vars[step.name], f"v_{step.name}", "group")
+            value = self.read(self.vars[step.name], self.var(step.name), "group")
             self.out(f"gates[{self.gate_index[step.name]}, g] = k_gate_code({value})")
 
     def step_gaterules(self, step: Step, scope: Scope) -> None:
         o = self.out
         self.vars[step.name] = "group"
-        self.alloc("group", f"v_{step.name}")
+        self.alloc("group", self.var(step.name))
         reasons = self.ir.gate_reasons[step.name]
         for _, _, when in step.rules:
             if when is not None:
                 self.hoist(when, scope, "group")
         o("decided = False")
-        o(f"v_{step.name}[g] = 0.0")
+        o(f"{self.var(step.name)}[g] = 0.0")
         o(f"gcode = {reasons.index('closed')}")
         for verdict, reason, when in step.rules:
             cond = "True" if when is None else f"{self.ex(when, 'group', scope)} == 1.0"
-            o(f"if not decided and {cond}:  # {verdict} {reason}")
+            o(f"if not decided and {cond}:  " + self.note(f"{verdict}: reason {reasons.index(reason)}"))
             with o.indented():
-                o(f"v_{step.name}[g] = {1.0 if verdict == 'open' else 0.0}")
+                o(f"{self.var(step.name)}[g] = {1.0 if verdict == 'open' else 0.0}")
                 o(f"gcode = {reasons.index(reason)}")
                 o("decided = True")
         o(f"gates[{self.gate_index[step.name]}, g] = gcode")
@@ -1086,7 +903,7 @@ class StageLowering:
         statement whose reductions a metric reads is never guarded.
         """
         conds = self.group_conjuncts(step.when)
-        stored = any(n.key() in self.stored for x in (step.expr, step.on, step.when) if x is not None
+        stored = any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
                      for n in _walk(x))
         if not conds or stored:
             body()
@@ -1094,7 +911,7 @@ class StageLowering:
         o = self.out
         saved = dict(scope.names)
         guard = self.fresh("guard")  # a name of its own, so the scheduler can move it
-        o(f"{guard} = True  # the group-level conditions of `when`, cheapest first, while they hold")
+        o(f"{guard} = True  " + self.note("the group-level conditions of when, cheapest first, while they hold"))
         for cond in conds:
             o(f"if {guard}:")
             with o.indented():
@@ -1131,7 +948,7 @@ class StageLowering:
         total = "tot[i - s] + " if self.has_terms else ""
 
         def body():
-            (value,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+            value = self.rollout_loop(step, scope)
             o("for i in range(s, e):")
             with o.indented():
                 o(f"x = {value}")
@@ -1157,7 +974,7 @@ class StageLowering:
         o = self.out
 
         def body():
-            (lo,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+            lo = self.rollout_loop(step, scope)
             o("for i in range(s, e):")
             with o.indented():
                 self.start_running()
@@ -1185,7 +1002,7 @@ class StageLowering:
                 o("base[i - s] = run[i - s]")
 
         def body():
-            (m,) = self.rollout_loop(step, scope, (step.expr, step.on, step.when))[:1]
+            m = self.rollout_loop(step, scope)
             o("for i in range(s, e):")
             with o.indented():
                 preamble()
@@ -1206,7 +1023,7 @@ class StageLowering:
 
     def finish_group(self, scope: Scope) -> None:
         ir, o = self.ir, self.out
-        o("# the group's rewards; a skipped group passes through")
+        o(self.note("the group's rewards; a skipped group passes through"))
         if ir.result is not None:
             self.hoist(ir.result, scope, "group")
             final = self.ex(ir.result, "rollout", scope)
@@ -1240,7 +1057,7 @@ class StageLowering:
         self.in_metrics = True
         self.metric_names = {k: v for k, v in self.stored.items() if v}
         for k, (name, node) in enumerate(self.ir.metrics):
-            o(f"# metric {name}")
+            o(self.note(f"metric {k}"))
             self.hoist(node, batch, "batch")
             o(f"metrics[{k}] = {self.ex(node, 'batch', batch)}")
 
@@ -1250,14 +1067,16 @@ PARALLEL_MIN_ROLLOUTS = 4096  # below this, waking threads costs more than it sa
 PARALLEL_OPTION = (', parallel={"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False, '
                    '"setitem": False, "numpy": False, "stencil": False, "fusion": False}')
 _IMPORTS = ("np", "inf", "isnan", "nan", "njit", "nt", "prange")
-MODULE_NAMES = frozenset((*_IMPORTS, *dir(builtins),
-                          *(b.split("def ", 1)[1].split("(", 1)[0] for b in HELPERS.split("\n\n\n") if "def " in b)))
+HELPER_FUNCTIONS = tuple(b.split("def ", 1)[1].split("(", 1)[0] for b in HELPERS.split("\n\n\n") if "def " in b)
+MODULE_NAMES = frozenset((*_IMPORTS, *dir(builtins), *HELPER_FUNCTIONS))
+REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER_FUNCTIONS if f.startswith(("red_", "srt_")))))
 
 
-def _selection_key(node: Node) -> tuple:
-    """What a reduction reads: its values, its mask, the list it runs over, and whether sorted."""
-    op, over = node.attr
-    return (node.args[0].key(), node.args[1].key(), over, op in SORTED_OPS)
+def _reduction(op: str) -> str:
+    """A reduction's name, for a comment: only one the helpers implement."""
+    if op not in REDUCTION_OPS:
+        raise ShapecInternalError(f"lowering: unknown reduction {op!r}")
+    return op
 
 
 def _names_by_context(code: str) -> tuple[set[str], set[str]]:
@@ -1279,29 +1098,23 @@ def _header(body: str) -> str:
     return f"# shapec-sha256: {hashlib.sha256(body.encode()).hexdigest()}\n"
 
 
-def _stage_names(ir: ShaperIR | PipelineIR) -> list[tuple[ShaperIR, str]]:
-    if isinstance(ir, PipelineIR):
-        return [(s, f"s{k}_{s.name}") for k, (s, _) in enumerate(ir.stages)]
-    return [(ir, ir.name)]
-
-
 def _lower_all(ir: ShaperIR | PipelineIR, parallel: bool = False) -> tuple[str, list[StageLowering]]:
-    kind = "pipeline" if isinstance(ir, PipelineIR) else "shaper"
+    """The verified module and the lowering of each stage (whose args build.py reads)."""
+    namer = Namer()
     o = Emitter()
-    o(f'"""Generated by shapec from {ir.filename or "<string>"}: {kind} {ir.name!r}'
-      f'{" (parallel)" if parallel else ""}. Do not edit."""')
+    o(namer.string(f"Generated by shapec{' (parallel kernels)' if parallel else ''}. Do not edit."))
     o()
     o("import numpy as np")
     o("from math import inf, isnan, nan")
     o(f"from numba import {'njit, prange' if parallel else 'njit'}, types as nt")
     kernels = ""
     stages = []
-    for shaper, fname in _stage_names(ir):
-        low = StageLowering(shaper, fname, parallel)
+    for shaper in [s for s, _ in ir.stages] if isinstance(ir, PipelineIR) else [ir]:
+        low = StageLowering(shaper, namer.new("s", shaper.name), namer, parallel)
         code = low.lower()
-        kernels += f"\n\nSIG_{fname} = {low.signature()}\n\n\n" + code
+        kernels += f"\n\n{namer.derived('SIG_', low.fname)} = {low.signature()}\n\n\n" + code
         stages.append(low)
-    return o.text() + _used_helpers(kernels) + kernels, stages
+    return verify(o.text() + _used_helpers(kernels) + kernels, namer), stages
 
 
 def _used_helpers(code: str) -> str:
@@ -1320,5 +1133,5 @@ def _used_helpers(code: str) -> str:
 
 
 def emit_python(ir: ShaperIR | PipelineIR, parallel: bool = False) -> str:
-    """The generated module's source, as written to the cache (without the hash header)."""
+    """The generated module's source, verified, as written to the cache (without the hash header)."""
     return _lower_all(ir, parallel)[0]

@@ -1,0 +1,301 @@
+"""The helpers emitted at the top of every generated module: each mirrors one rule of
+runtime/interp.py, so a module (and numba's on-disk cache of it) depends on nothing in shapec."""
+
+HELPERS = '''
+@njit(error_model="numpy", cache=True)
+def k_and(a, b):
+    if a == 0.0 or b == 0.0:
+        return 0.0
+    if isnan(a) or isnan(b):
+        return nan
+    return 1.0
+
+
+@njit(error_model="numpy", cache=True)
+def k_or(a, b):
+    if a == 1.0 or b == 1.0:
+        return 1.0
+    if isnan(a) or isnan(b):
+        return nan
+    return 0.0
+
+
+@njit(error_model="numpy", cache=True)
+def k_cond(c, a, b):
+    if c == 1.0:
+        return a
+    if c == 0.0:
+        return b
+    return nan
+
+
+@njit(error_model="numpy", cache=True)
+def k_fallback(a, b):
+    return b if isnan(a) else a
+
+
+@njit(error_model="numpy", cache=True)
+def k_min(a, b):
+    if isnan(a) or isnan(b):
+        return nan
+    return a if a <= b else b
+
+
+@njit(error_model="numpy", cache=True)
+def k_max(a, b):
+    if isnan(a) or isnan(b):
+        return nan
+    return a if a >= b else b
+
+
+@njit(error_model="numpy", cache=True)
+def k_clip(x, lo, hi):
+    if isnan(x) or isnan(lo) or isnan(hi):
+        return nan
+    y = x if x >= lo else lo
+    return y if y <= hi else hi
+
+
+@njit(error_model="numpy", cache=True)
+def k_log(x):
+    return np.log(x) if x > 0.0 else nan
+
+
+@njit(error_model="numpy", cache=True)
+def k_sqrt(x):
+    return np.sqrt(x) if x >= 0.0 else nan
+
+
+@njit(error_model="numpy", cache=True)
+def k_flag(b):
+    return 1.0 if b else 0.0
+
+
+@njit(error_model="numpy", cache=True)
+def k_cmp(op, a, b):
+    if isnan(a) or isnan(b):
+        return nan
+    if op == 0:
+        return k_flag(a == b)
+    if op == 1:
+        return k_flag(a != b)
+    if op == 2:
+        return k_flag(a < b)
+    if op == 3:
+        return k_flag(a <= b)
+    if op == 4:
+        return k_flag(a > b)
+    return k_flag(a >= b)
+
+
+@njit(error_model="numpy", cache=True)
+def k_band(x, a, b, f, present):
+    """1 up to a, linear to f at b, f past b; 1 for a malformed band; missing for no band."""
+    if present != 1.0:
+        return nan
+    if isnan(a) or isnan(b) or isnan(f) or not (b > a):
+        return 1.0
+    if x <= a:
+        return 1.0
+    if x >= b:
+        return f
+    return 1.0 - (x - a) / (b - a) * (1.0 - f)
+
+
+@njit(error_model="numpy", cache=True)
+def k_gate_code(v):
+    if v == 1.0:
+        return 0
+    if v == 0.0:
+        return 1
+    return 2
+
+
+@njit(error_model="numpy", cache=True)
+def k_usable(buf, k):
+    """A non-empty selection without missing values."""
+    if k == 0:
+        return False
+    for t in range(k):
+        if isnan(buf[t]):
+            return False
+    return True
+
+
+@njit(error_model="numpy", cache=True)
+def k_seq_sum(buf, k):
+    total = 0.0
+    for t in range(k):
+        total += buf[t]
+    return total
+
+
+@njit(error_model="numpy", cache=True)
+def k_sort(buf, k):
+    """Sort buf[:k] in place: insertion sort for a group-sized selection, numpy's sort beyond."""
+    if k > 32:
+        s = buf[:k]
+        s.sort()
+        return
+    for t in range(1, k):
+        v = buf[t]
+        u = t - 1
+        while u >= 0 and buf[u] > v:
+            buf[u + 1] = buf[u]
+            u -= 1
+        buf[u + 1] = v
+
+
+@njit(error_model="numpy", cache=True)
+def k_sorted_median(buf, k):
+    mid = k // 2
+    if k % 2:
+        return buf[mid]
+    return (buf[mid - 1] + buf[mid]) / 2.0
+
+
+@njit(error_model="numpy", cache=True)
+def red_count(buf, ibuf, k, extra):
+    c = 0.0
+    for t in range(k):
+        if buf[t] == 1.0:
+            c += 1.0
+    return c
+
+
+@njit(error_model="numpy", cache=True)
+def red_any(buf, ibuf, k, extra):
+    for t in range(k):
+        if buf[t] == 1.0:
+            return 1.0
+    return 0.0
+
+
+@njit(error_model="numpy", cache=True)
+def red_all(buf, ibuf, k, extra):
+    for t in range(k):
+        if buf[t] != 1.0:
+            return 0.0
+    return 1.0
+
+
+@njit(error_model="numpy", cache=True)
+def red_sum(buf, ibuf, k, extra):
+    return k_seq_sum(buf, k)
+
+
+@njit(error_model="numpy", cache=True)
+def red_mean(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    return k_seq_sum(buf, k) / k
+
+
+@njit(error_model="numpy", cache=True)
+def red_min(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    best = buf[0]
+    for t in range(1, k):
+        if buf[t] < best:
+            best = buf[t]
+    return best
+
+
+@njit(error_model="numpy", cache=True)
+def red_max(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    best = buf[0]
+    for t in range(1, k):
+        if buf[t] > best:
+            best = buf[t]
+    return best
+
+
+@njit(error_model="numpy", cache=True)
+def red_argmin(buf, ibuf, k, extra):
+    """Index in the group of the first smallest selected value."""
+    if not k_usable(buf, k):
+        return nan
+    best = 0
+    for t in range(1, k):
+        if buf[t] < buf[best]:
+            best = t
+    return float(ibuf[best])
+
+
+@njit(error_model="numpy", cache=True)
+def red_argmax(buf, ibuf, k, extra):
+    if not k_usable(buf, k):
+        return nan
+    best = 0
+    for t in range(1, k):
+        if buf[t] > buf[best]:
+            best = t
+    return float(ibuf[best])
+
+
+@njit(error_model="numpy", cache=True)
+def red_std(buf, ibuf, k, extra):
+    """Sample standard deviation (ddof 1), two sequential passes."""
+    if not k_usable(buf, k) or k < 2:
+        return nan
+    mean = k_seq_sum(buf, k) / k
+    ss = 0.0
+    for t in range(k):
+        d = buf[t] - mean
+        ss += d * d
+    return np.sqrt(ss / (k - 1))
+
+
+@njit(error_model="numpy", cache=True)
+def srt_median(s, tmp, k, extra):
+    """The order statistics below read a selection already sorted by k_sort."""
+    if not k_usable(s, k):
+        return nan
+    return k_sorted_median(s, k)
+
+
+@njit(error_model="numpy", cache=True)
+def srt_mad(s, tmp, k, extra):
+    """Median of |x - median|: merging outwards from the median yields the deviations in
+    increasing order (med - x is exactly |x - med| below it), so no second sort."""
+    if not k_usable(s, k):
+        return nan
+    med = k_sorted_median(s, k)
+    b = 0
+    while b < k and s[b] < med:
+        b += 1
+    a = b - 1
+    for t in range(k):
+        if a >= 0 and (b >= k or med - s[a] <= s[b] - med):
+            tmp[t] = med - s[a]
+            a -= 1
+        else:
+            tmp[t] = s[b] - med
+            b += 1
+    return k_sorted_median(tmp, k)
+
+
+@njit(error_model="numpy", cache=True)
+def srt_quantile(s, tmp, k, q):
+    """Linear interpolation between the order statistics around q * (k - 1)."""
+    if not k_usable(s, k):
+        return nan
+    if isnan(q) or q < 0.0 or q > 1.0:
+        return nan
+    pos = q * (k - 1)
+    lo = int(np.floor(pos))
+    hi = min(lo + 1, k - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+@njit(error_model="numpy", cache=True)
+def srt_nth_largest(s, tmp, k, i):
+    if not k_usable(s, k):
+        return nan
+    if isnan(i) or i < 0.0 or i >= k:
+        return nan
+    return s[k - 1 - int(i)]
+'''
