@@ -237,7 +237,22 @@ class Result:
     span: Span = _SPAN
 
 
-Stmt = Input | Meta | Channel | Let | Gate | GateRules | Skip | Term | Factor | Clamp | State | Metric | Result
+@dataclass(frozen=True, slots=True)
+class Ensure:
+    """`ensure PROPERTY`: an invariant the shaper promises; `shapec check --prove` decides it."""
+
+    prop: str  # order_kept | all_wrong_unchanged | within | shorter_not_worse
+    lo: Expr | None = None  # within [lo, hi]
+    hi: Expr | None = None
+    x: str | None = None  # shorter_not_worse(x)
+    on: Expr | None = None  # the rollouts compared (shorter_not_worse)
+    over: str | None = None  # reward domain, narrower than the shaper's `requires`
+    when: Expr | None = None  # param condition under which the property is promised
+    span: Span = _SPAN
+
+
+Stmt = (Input | Meta | Channel | Let | Gate | GateRules | Skip | Term | Factor | Clamp | State | Metric | Result
+        | Ensure)
 
 
 @dataclass(frozen=True, slots=True)
