@@ -291,6 +291,21 @@ class _Builder(Transformer_NonRecursive):
     def result(self, meta, children):
         return A.Result(children[0], self._span(meta))
 
+    def ensure(self, meta, children):
+        prop, shape, on, over, when = children
+        lo, hi = shape if isinstance(shape, list) else (None, None)
+        x = shape if isinstance(shape, str) else None
+        return A.Ensure(str(prop), lo, hi, x, on and on[1], over, when and when[1], self._span(meta))
+
+    def ensure_range(self, meta, children):
+        return list(children)
+
+    def ensure_arg(self, meta, children):
+        return str(children[0])
+
+    def ensure_over(self, meta, children):
+        return str(children[0])
+
     def pipeline(self, meta, children):
         return A.Pipeline(str(children[0]), tuple(children[1:]), self._span(meta))
 
