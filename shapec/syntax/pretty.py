@@ -286,6 +286,11 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
             return _wrap(f"metric {shown} = ", e, _BODY_WIDTH)
         case A.Result(expr=e):
             return _wrap("result = ", e, _BODY_WIDTH)
+        case A.Ensure(prop=prop, lo=lo, hi=hi, x=x, on=on, over=over, when=when):
+            head = f"ensure {prop}" + (f" [{expr(lo)}, {expr(hi)}]" if lo is not None else "")
+            head += (f"({x})" if x is not None else "") + (f" on {expr(on)}" if on is not None else "")
+            head += f" over {over}" if over is not None else ""
+            return [head + (f" when {expr(when)}" if when is not None else "")]
     raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
 
 
