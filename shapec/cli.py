@@ -14,10 +14,23 @@ from . import __version__
 from .tools.commands import UsageError, add_commands, shape_files
 
 
+def _spec_files(specs: list[str]) -> list[Path]:
+    """Files and directories as given; any other word is a stdlib module name (a typo is a usage error)."""
+    from .tools.spec import ToolError, is_path, stdlib_path
+
+    files: list[Path] = []
+    for spec in specs:
+        try:
+            files += shape_files([spec]) if is_path(spec) else [stdlib_path(spec)]
+        except ToolError as err:
+            raise UsageError(str(err)) from None
+    return files
+
+
 def cmd_check(args) -> int:
     from .api import check_file
 
-    files = shape_files(args.paths)
+    files = _spec_files(args.paths)
     diags = [d for f in files for d in check_file(f)]
     if args.format == "json":
         print(json.dumps([d.to_json() for d in diags], indent=2))
@@ -32,10 +45,12 @@ def cmd_check(args) -> int:
 def cmd_compile(args) -> int:
     """Print the generated kernel module of one shaper or pipeline (or of each, without --shaper)."""
     from .api import compile_file
+    from .tools.spec import ToolError, spec_path
 
-    path = Path(args.file)
-    if not path.is_file():
-        raise UsageError(f"{args.file}: no such file")
+    try:
+        path = spec_path(args.file)
+    except ToolError as err:
+        raise UsageError(str(err)) from None
     module = compile_file(path, backend="interpreter")  # checked IR only; lowering imports numba lazily
     names = module.names()
     if args.shaper is not None and args.shaper not in names:
@@ -57,13 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("check", help="check .shape files and report every error")
-    p.add_argument("paths", nargs="+", help="files or directories")
+    p.add_argument("paths", nargs="+", help="files, directories or stdlib module names")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing when every file is valid")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compile", help="print the generated numba kernel module of a shaper or pipeline")
-    p.add_argument("file", help="a .shape file")
+    p.add_argument("file", help="a .shape file, or a stdlib module name such as nemo_rl")
     p.add_argument("--shaper", metavar="NAME", help="one shaper or pipeline (default: every one in the file)")
     p.add_argument("--emit", choices=("python",), default="python", help="what to print (default: python)")
     p.set_defaults(func=cmd_compile)

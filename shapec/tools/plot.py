@@ -1,37 +1,27 @@
 """`shapec plot`: shaped reward against length for a synthetic group, and length distributions.
 
-The curve: one probe rollout is swept over lengths inside a fixed background group (rollouts
-spread over 20-80% of the x range, alternately correct and wrong); for each length the whole
-group is shaped and the probe's shaped reward is plotted, once with the probe correct and once
-wrong. One call shapes every sweep point as its own group. Band params are shaded, length-valued
-params drawn as vertical lines, a clamp or floor as a horizontal line, and each group gate as a
-strip showing where it is open or closed as the probe's length changes.
+The curve's numbers come from `plotdata.sweep` (see there how the probe and its inputs are set);
+this module draws them. Band params are shaded, length-valued params drawn as vertical lines, a
+clamp or floor as a horizontal line, each group gate as a strip under the curve labelled with its
+reason, and a caption lists every input's value and why a gate closed or the curve is flat.
 
 With data: the distribution of the swept channel over all rollouts, weighted by the env reward
 and by the shaped reward (negative rewards count 0): the lengths a policy-gradient step
-reinforces before and after shaping.
+reinforces before and after shaping. The curve then uses the first shaped group's metadata
+(unless --meta gives it), and says which group that is.
 """
 
 from __future__ import annotations
 
+import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..compiler.ir import UNITS
 from .explain import gate_verdicts
+from .plotdata import BACKGROUND, DEFAULT_MAX, Curves, channel_values, sweep, sweepable
 from .spec import ToolError, stage_irs
-
-GRID = 241
-BACKGROUND = 7
-_DEFAULT_MAX = {"tokens": 4096.0, "chars": 16384.0, "seconds": 3600.0, "calls": 100.0}
-
-
-def _length_inputs(shaper) -> list[tuple[str, str]]:
-    inputs: dict[str, str] = {}
-    for ir in stage_irs(shaper):
-        inputs.update(dict(ir.inputs))
-    return list(inputs.items())
 
 
 def _resolved_params(shaper, plan) -> dict[str, dict]:
@@ -61,145 +51,191 @@ def _markers(shaper, values: dict[str, dict], unit: str):
     return bands, lines, sorted(set(floors))
 
 
-def sweep(shaper, plan, channel: str, unit: str, max_length: float):
-    """Shaped reward of the probe (correct and wrong) and the group gates at each grid length."""
-    xs = np.linspace(0.0, max_length, GRID)
-    inputs = _length_inputs(shaper)
-    background = np.linspace(0.2, 0.8, BACKGROUND) * max_length
-    bg_reward = np.array([1.0 if k % 2 == 0 else 0.0 for k in range(BACKGROUND)])
-    G = BACKGROUND + 1
+def parse_metas(shaper, items: list[str]) -> dict:
+    """`--meta NAME=YAML` values, checked against the spec's meta declarations."""
+    import difflib
+
+    import yaml
+
+    known = [m.name for ir in stage_irs(shaper) for m in ir.metas]
     out = {}
-    gates = {}
-    for label, probe_reward in (("correct", 1.0), ("wrong", 0.0)):
-        rewards = np.tile(np.concatenate([[probe_reward], bg_reward]), GRID)
-        channels = {}
-        for name, _ in inputs:
-            if name == channel:
-                channels[name] = np.column_stack([xs, np.tile(background, (GRID, 1))]).ravel()
-            elif name == "resolved":
-                channels[name] = rewards.copy()  # a correct rollout is a resolved one
-            else:
-                channels[name] = np.zeros(GRID * G)
-        result = shaper(rewards, group_size=G, channels=channels, params=plan.params(None))
-        out[label] = result.rewards[::G]
-        if label == "correct":
-            gates = result.gates
-    return xs, out, gates
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep:
+            raise ToolError(f"--meta {item!r}: expected NAME=VALUE")
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (it has {', '.join(known) or 'none'})"
+            raise ToolError(f"--meta {name!r}: {shaper.name!r} declares no such metadata{hint}")
+        try:
+            out[name] = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            raise ToolError(f"--meta {name}: not a YAML value ({err})") from None
+    return out
 
 
 def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float | None = None,
-         data: Path | None = None, layout=None, grouping=None) -> None:
+         data: Path | None = None, layout=None, grouping=None, metas: list[str] = ()) -> Curves:
+    """Draw the figure and return the curves it drew."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    inputs = dict(_length_inputs(shaper))
-    lengths = [n for n, t in inputs.items() if t in UNITS]
+    lengths = sweepable(shaper)
     if channel is None:
         if not lengths:
             raise ToolError(f"{shaper.name!r} has no length input to plot against")
-        channel = lengths[0]
+        channel = next(iter(lengths))
     elif channel not in lengths:
-        raise ToolError(f"--channel {channel!r}: not a length input of {shaper.name!r} "
-                        f"(length inputs: {', '.join(lengths) or 'none'})")
-    unit = inputs[channel]
+        raise ToolError(f"--channel {channel!r}: not a length input or channel of {shaper.name!r} "
+                        f"(lengths: {', '.join(lengths) or 'none'})")
+    unit = lengths[channel]
+    metadata = parse_metas(shaper, list(metas))
     values = _resolved_params(shaper, plan)
     bands, lines, floors = _markers(shaper, values, unit)
     dist = _distribution(shaper, plan, layout, grouping, data, channel) if data else None
+    source = None
+    if dist is not None and dist.metadata:
+        source = dist.group
+        metadata = {**dist.metadata, **metadata}
     if max_length is None:
         candidates = [b for _, _, b, _ in bands] + [v for _, v in lines]
-        if dist is not None and len(dist[0]):
-            max_length = float(np.quantile(dist[0], 0.99)) * 1.1
+        if dist is not None and len(dist.lengths):
+            max_length = float(np.quantile(dist.lengths, 0.99)) * 1.1
         elif candidates:
             max_length = max(candidates) * 1.5
         else:
-            max_length = _DEFAULT_MAX[unit]
+            max_length = DEFAULT_MAX[unit]
     if not max_length > 0:
         raise ToolError(f"--max-length must be > 0, got {max_length:g}")
-    xs, curves, gates = sweep(shaper, plan, channel, unit, max_length)
+    curves = sweep(shaper, plan, channel, unit, max_length, metadata)
 
-    rows = 2 if dist is not None else 1
-    fig, axes = plt.subplots(rows, 1, figsize=(8, 4.5 * rows), squeeze=False)
-    ax = axes[0][0]
-    ax.plot(xs, curves["correct"], color="tab:green", lw=2, label="correct rollout")
-    ax.plot(xs, curves["wrong"], color="tab:red", lw=2, ls="--", label="wrong rollout")
+    gates = list(curves.gates)
+    rows = [4.5] + [0.35 * len(gates) + 0.2] * bool(gates) + [4.0] * (dist is not None)
+    fig = plt.figure(figsize=(11, sum(rows) + 1.6))
+    grid = fig.add_gridspec(len(rows), 1, height_ratios=rows, left=0.14, right=0.74, top=0.93,
+                            bottom=1.5 / (sum(rows) + 1.6), hspace=0.35)
+    ax = fig.add_subplot(grid[0])
+    ax.plot(curves.xs, curves.correct, color="tab:green", lw=2, label="correct rollout")
+    ax.plot(curves.xs, curves.wrong, color="tab:red", lw=2, ls="--", label="wrong rollout")
     for name, a, b, f in bands:
         if b > a:
-            ax.axvspan(a, b, color="tab:blue", alpha=0.12)
-            ax.text((a + b) / 2, 0.97, f"{name}\n{{{a:g}, {b:g}, {f:g}}}", ha="center", va="top",
-                    fontsize=7, transform=ax.get_xaxis_transform())
+            ax.axvspan(a, b, color="tab:blue", alpha=0.12, label=f"band {name} {{{a:g}, {b:g}, {f:g}}}")
     for name, v in lines:
         if v <= max_length:
             ax.axvline(v, color="tab:purple", ls=":", lw=1)
             ax.text(v, 0.98, f" {name}={v:g}", rotation=90, va="top", fontsize=7,
                     transform=ax.get_xaxis_transform())
     for fl in floors:
-        ax.axhline(fl, color="gray", lw=0.8, ls="-.")
-    _gate_strips(ax, xs, gates, gate_verdicts(shaper))
-    ax.set_xlabel(f"{channel} ({unit}) of the probe rollout")
-    ax.set_ylabel("shaped reward")
-    ax.set_title(f"{shaper.name}: shaped reward against {channel} "
-                 f"(probe in a group of {BACKGROUND + 1}; background at 20-80% of the range)", fontsize=9)
-    ax.legend(loc="lower left", fontsize=8)
+        ax.axhline(fl, color="gray", lw=0.8, ls="-.", label=f"floor {fl:g}")
+    ax.set_xlim(0, max_length)
+    ax.set_ylabel(curves.ylabel)
+    ax.set_title(f"{shaper.name}: {curves.ylabel} against {channel} ({unit}) of a probe rollout "
+                 f"in a group of {BACKGROUND + 1}", fontsize=9)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.grid(alpha=0.3)
+    if gates:
+        _gate_strips(fig.add_subplot(grid[1], sharex=ax), curves, gate_verdicts(shaper))
     if dist is not None:
-        _plot_distribution(axes[1][0], dist, channel, unit, max_length)
-    fig.tight_layout()
+        _plot_distribution(fig.add_subplot(grid[-1]), dist, channel, unit, max_length)
+    fig.text(0.01, 0.01, caption(curves, metadata, source), fontsize=7, va="bottom", family="monospace")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+    return curves
 
 
-def _gate_strips(ax, xs, gates: dict[str, list[str]], verdicts: dict[str, dict[str, str]]) -> None:
-    """A thin strip per group gate under the curve: green where open, gray where closed."""
-    if not gates:
-        return
-    ymin, ymax = ax.get_ylim()
-    height = (ymax - ymin) * 0.04
-    base = ymin - height * (len(gates) + 0.5)
-    for k, (name, reasons) in enumerate(gates.items()):
-        y = base + k * height
-        is_open = np.array([verdicts[name].get(r, "closed") == "open" for r in reasons])
-        ax.fill_between(xs, y, y + height * 0.8, where=is_open, color="tab:green", alpha=0.5, step="mid", lw=0)
-        ax.fill_between(xs, y, y + height * 0.8, where=~is_open, color="gray", alpha=0.3, step="mid", lw=0)
-        ax.text(xs[-1], y + height * 0.4, f"gate {name} ", fontsize=6, va="center", ha="right")
-    ax.set_ylim(base - height * 0.2, ymax)
+def caption(curves: Curves, metadata: dict, source: str | None) -> str:
+    """Every input's value, the metadata used, and the notes, wrapped for the figure's foot."""
+    lines = ["inputs: " + "; ".join(f"{k} = {v}" for k, v in curves.inputs.items())]
+    if metadata:
+        origin = f" (from group {source} of --data)" if source else ""
+        lines.append(f"metadata{origin}: " + "; ".join(f"{k} = {v}" for k, v in metadata.items()))
+    else:
+        lines.append("metadata: none (give it with --meta NAME=VALUE)")
+    lines += curves.notes
+    return "\n".join(textwrap.fill(line, 150, subsequent_indent="    ") for line in lines)
 
 
-def _distribution(shaper, plan, layout, grouping, data: Path, channel: str):
-    """(lengths, env rewards, shaped rewards) of every shaped rollout in the data."""
-    from .rundata import iter_chunks, open_blocks, shape_chunk
+def _gate_strips(ax, curves: Curves, verdicts: dict[str, dict[str, str]]) -> None:
+    """One strip per group gate: green where open, gray where closed, each run labelled with its reason."""
+    xs = curves.xs
+    names = list(curves.gates)
+    for k, name in enumerate(names):
+        reasons = curves.gates[name]
+        y = len(names) - 1 - k
+        start = 0
+        for i in range(1, len(xs) + 1):
+            if i < len(xs) and reasons[i] == reasons[start]:
+                continue
+            is_open = verdicts[name].get(reasons[start], "closed") == "open"
+            lo, hi = xs[start], xs[i - 1]
+            ax.barh(y, max(hi - lo, xs[1] - xs[0]), left=lo, height=0.8,
+                    color="tab:green" if is_open else "lightgray", alpha=0.6)
+            verdict = "open" if is_open else "closed"
+            text = verdict if reasons[start] == verdict else f"{verdict}: {reasons[start]}"
+            ax.text((lo + hi) / 2, y, text, ha="center", va="center", fontsize=7)
+            start = i
+    ax.set_yticks(range(len(names)), [f"gate {n}" for n in reversed(names)], fontsize=7)
+    ax.set_ylim(-0.5, len(names) - 0.5)
+    ax.tick_params(axis="x", labelbottom=True, labelsize=7)
+    ax.set_xlabel("group gates on the correct curve (green open, gray closed, with the reason)", fontsize=8)
+
+
+@dataclass
+class Distribution:
+    """Every shaped rollout's swept length, env and shaped reward; the first shaped group's metadata."""
+
+    lengths: np.ndarray
+    env: np.ndarray
+    shaped: np.ndarray
+    group: str
+    metadata: dict
+
+
+def _distribution(shaper, plan, layout, grouping, data: Path, channel: str) -> Distribution:
+    from .rundata import _needs, iter_chunks, open_blocks, shape_chunk
 
     blocks, bar = open_blocks(data, layout, 65536, progress_enabled=False)
     xs, env, shaped = [], [], []
+    first = None
     try:
         for chunk in iter_chunks(blocks, grouping, 65536):
             outcome = shape_chunk(shaper, plan, layout, chunk, "skip")
             if outcome.result is None:
                 continue
-            xs.append(outcome.channels[channel][outcome.good_rows])
+            rows = outcome.good_rows
+            xs.append(channel_values(shaper, channel, {k: v[rows] for k, v in outcome.channels.items()}))
             env.append(outcome.result.stages[0].reward_in)
             shaped.append(outcome.result.rewards)
+            if first is None:
+                g = int(np.searchsorted(chunk.offsets, rows[0]))
+                start, end = chunk.base + int(chunk.offsets[g]) + 1, chunk.base + int(chunk.offsets[g + 1])
+                key = chunk.block.keys(grouping.key)[int(chunk.offsets[g])] if grouping.key else chunk.base + g
+                ex = layout.extract(chunk, *_needs(shaper))
+                first = (f"{key} (rows {start}-{end})",
+                         {k: v[g] for k, v in ex.metadata.items() if v[g] is not None})
     finally:
         bar.close()
     if not xs:
         raise ToolError(f"{data}: no group could be shaped (every group was rejected)")
-    return np.concatenate(xs), np.concatenate(env), np.concatenate(shaped)
+    return Distribution(np.concatenate(xs), np.concatenate(env), np.concatenate(shaped), *first)
 
 
-def _plot_distribution(ax, dist, channel: str, unit: str, max_length: float) -> None:
-    lengths, env, shaped = dist
+def _plot_distribution(ax, dist: Distribution, channel: str, unit: str, max_length: float) -> None:
+    lengths = dist.lengths
     bins = np.linspace(0, max(max_length, float(lengths.max()) if len(lengths) else 1.0), 41)
     ax.hist(lengths, bins=bins, color="lightgray", label=f"all rollouts (n={len(lengths)})")
-    for weights, label, color in ((np.maximum(env, 0), "weighted by env reward", "tab:blue"),
-                                  (np.maximum(shaped, 0), "weighted by shaped reward", "tab:orange")):
+    for weights, label, color in ((np.maximum(dist.env, 0), "weighted by env reward", "tab:blue"),
+                                  (np.maximum(dist.shaped, 0), "weighted by shaped reward", "tab:orange")):
         if weights.sum() > 0:
             ax.hist(lengths, bins=bins, weights=weights, histtype="step", lw=2, color=color, label=label)
             mean = float(np.average(lengths, weights=weights))
             ax.axvline(mean, color=color, ls=":", lw=1)
     ax.set_xlabel(f"{channel} ({unit})")
     ax.set_ylabel("rollouts (weighted)")
-    ax.set_title("length distribution before and after shaping (dotted: weighted means)", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(f"--data: length distribution before and after shaping (dotted: weighted means); "
+                 f"the curve above uses the metadata of group {dist.group}", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.grid(alpha=0.3)

@@ -1,4 +1,4 @@
-"""Resolve the SPEC argument of run/explain/plot: a .shape file or a stdlib module name."""
+"""Resolve a SPEC argument of any subcommand: a .shape file or a stdlib module name."""
 
 from __future__ import annotations
 
@@ -10,21 +10,41 @@ class ToolError(Exception):
     """A user-facing error of a CLI tool (bad spec name, bad config, bad data): exit status 1."""
 
 
+def is_path(spec: str) -> bool:
+    """A `.shape` name or anything that exists is a path; any other word names a stdlib module."""
+    path = Path(spec)
+    return path.suffix == ".shape" or path.exists()
+
+
+def stdlib_path(name: str) -> Path:
+    """The file of stdlib module `name`; an unknown name gets the closest one, or the full list."""
+    from ..api import STDLIB
+
+    known = sorted(p.stem for p in STDLIB.glob("*.shape"))
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; stdlib modules: {', '.join(known)}"
+        raise ToolError(f"{name}: neither a .shape file nor a stdlib module{hint}")
+    return STDLIB / f"{name}.shape"
+
+
+def spec_path(spec: str) -> Path:
+    """The .shape file a SPEC argument names (a path as given, or the stdlib module's file)."""
+    if not is_path(spec):
+        return stdlib_path(spec)
+    path = Path(spec)
+    if path.is_dir():
+        raise ToolError(f"{spec}: a directory; expected one .shape file or a stdlib module name")
+    if not path.is_file():
+        raise ToolError(f"{spec}: no such file")
+    return path
+
+
 def load_module(spec: str, backend: str | None = None, parallel: bool | None = None):
     """Compile a .shape file, or load a stdlib module by name (`nemo_rl`)."""
-    from ..api import STDLIB, compile_file, load
+    from ..api import compile_file
 
-    path = Path(spec)
-    if path.suffix == ".shape" or path.exists():
-        if not path.is_file():
-            raise ToolError(f"{spec}: no such file")
-        return compile_file(path, backend, parallel)
-    known = sorted(p.stem for p in STDLIB.glob("*.shape"))
-    if spec not in known:
-        close = difflib.get_close_matches(spec, known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; stdlib modules: {', '.join(known)}"
-        raise ToolError(f"{spec}: neither a .shape file nor a stdlib module{hint}")
-    return load(spec, backend, parallel)
+    return compile_file(spec_path(spec), backend, parallel)
 
 
 def pick_shaper(module, name: str | None):
