@@ -315,6 +315,7 @@ class ShaperChecker:
         result = None
         order = []  # (kind, span) of terms/clamps/factors for E504
         for st in s.body:
+        pending = []  # ensure clauses, checked once every name of the body is defined
             match st:
                 case A.Input(name=name, type=typ):
                     ty = self.value_type(typ, st.span)
@@ -444,8 +445,13 @@ class ShaperChecker:
                     result = node
                     order.append(("result", st.span))
                 case _:
+                case A.Ensure():
+                    pending.append(st)
                     raise TypeError(f"checker: unknown statement {type(st).__name__}")
         self.check_order(order)
+        from ..analysis.clause import check_ensure
+
+        ensures = tuple(e for e in (check_ensure(self, st) for st in pending) if e is not None)
         produces = self.contracts(requires, produces, steps, factors, result, s)
         if len(self.p.diags) > before:
             return None
@@ -457,7 +463,7 @@ class ShaperChecker:
             skips=tuple(config_skips + data_skips), requires=requires, produces=produces, result=result,
             metrics=tuple(metrics), gate_reasons=gate_reasons, terms=tuple(terms),
             factors=tuple(f for f, _, _ in factors), states=tuple(states), source=self.source,
-            filename=self.filename,
+            filename=self.filename, ensures=ensures,
         )
 
     def builtins(self, requires: str):
