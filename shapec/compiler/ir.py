@@ -97,6 +97,26 @@ class Step:
 
 
 @dataclass(frozen=True, slots=True)
+class Ensure:
+    """A checked `ensure` clause: a property the shaper promises (decided by `shapec check --prove`).
+
+    `over` is the reward domain the property quantifies over (a contract name); `when` a param-level
+    condition (None: every param value in the declared ranges); `x` a rollout number and `on` a
+    rollout mask for shorter_not_worse; `lo`/`hi` the bounds of within.
+    """
+
+    prop: str
+    over: str
+    lo: float | None = None
+    hi: float | None = None
+    x: Node | None = None
+    on: Node | None = None
+    when: Node | None = None
+    x_name: str | None = None
+    span: Span = field(default_factory=Span.none, compare=False, repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class ShaperIR:
     name: str
     doc: str | None
@@ -117,6 +137,7 @@ class ShaperIR:
     states: tuple[tuple[str, float], ...]
     source: str = ""
     filename: str = ""
+    ensures: tuple[Ensure, ...] = ()
     # index = skip code: "" (shaped), each skip, "non_binary" when binary is required, "validation";
     # derived once here because every call of both backends reads it
     skip_reasons: tuple[str, ...] = field(init=False, compare=False)
