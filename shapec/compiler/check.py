@@ -314,8 +314,8 @@ class ShaperChecker:
         terms, factors, states = [], [], []
         result = None
         order = []  # (kind, span) of terms/clamps/factors for E504
-        for st in s.body:
         pending = []  # ensure clauses, checked once every name of the body is defined
+        for st in s.body:
             match st:
                 case A.Input(name=name, type=typ):
                     ty = self.value_type(typ, st.span)
@@ -444,14 +444,14 @@ class ShaperChecker:
                     self.expect_num(node, e.span, "the result")
                     result = node
                     order.append(("result", st.span))
-                case _:
                 case A.Ensure():
                     pending.append(st)
+                case _:
                     raise TypeError(f"checker: unknown statement {type(st).__name__}")
-        self.check_order(order)
         from ..analysis.clause import check_ensure
 
         ensures = tuple(e for e in (check_ensure(self, st) for st in pending) if e is not None)
+        self.check_order(order)
         produces = self.contracts(requires, produces, steps, factors, result, s)
         if len(self.p.diags) > before:
             return None
