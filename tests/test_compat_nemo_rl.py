@@ -17,13 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from shapec.compat import nemo_rl
+from shapec.compat import _nemo_gym_rows, nemo_rl
 from shapec.compat.nemo_rl import (
     LengthPenaltyConfig,
     apply_group_length_penalties,
     length_of,
     response_texts,
 )
+from shapec.runtime.batch import BatchError
 
 BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lower") else [])
 
@@ -167,7 +168,7 @@ class TestTextAndLengths:
     def test_fast_character_count_matches_the_texts(self, output):
         result = {"full_result": {"response": {"output": output}}}
         texts = response_texts(result)
-        assert nemo_rl._plain_char_lengths(result) in (None, (len(texts[0]), len(texts[1])))
+        assert _nemo_gym_rows._plain_char_lengths(result) in (None, (len(texts[0]), len(texts[1])))
         # through the drop-in: a 5-char reasoning rival makes the odd row the longer or the shorter one
         rival = row(1, 5)
         results = [{**result, "agent_ref": {"name": "math"}}, rival]
@@ -428,12 +429,36 @@ class TestClampAndBands:
         out, _ = run([row(1, 15, 15, profile_band={"total": {"a": 0, "b": 100, "f": 0.5}})], profile_band=pb)
         assert out == pytest.approx([0.85 * 0.75])
 
-    @pytest.mark.parametrize("bad", [{"a": 0, "f": 0.5}, {"a": 50, "b": 50, "f": 0.5}, {"a": 60, "b": 50, "f": 0.5},
-                                     None, {}])
-    def test_malformed_row_band_is_no_band_without_fallback(self, bad):
-        # the row's malformed total shadows the global total: multiplier 1, not the global 0.1
+    @pytest.mark.parametrize("bad, message", [
+        ({"a": 0, "f": 0.5}, r"results\[1\]\.profile_band\.total: band is missing 'b'"),
+        ({"a": 50, "b": 50, "f": 0.5}, r"results\[1\]\.profile_band\.total: band needs b > a, got a=50, b=50"),
+        ({"a": 60, "b": 50, "f": 0.5}, r"results\[1\]\.profile_band\.total: band needs b > a"),
+        ({"a": 0, "b": 50, "f": 1.05}, r"results\[1\]\.profile_band\.total: band needs 0 <= f <= 1, got f=1.05"),
+        ({"a": 0, "b": 50, "f": -1}, r"results\[1\]\.profile_band\.total: band needs 0 <= f <= 1, got f=-1"),
+        ({"a": 0, "b": float("inf"), "f": 0.5}, r"results\[1\]\.profile_band\.total\.b: expected a finite number"),
+        ({"a": "0", "b": 50, "f": 0.5}, r"results\[1\]\.profile_band\.total\.a: expected a finite number, got '0'"),
+        ({"a": 0, "b": 50, "f": True}, r"results\[1\]\.profile_band\.total\.f: expected a finite number, got True"),
+        (None, r"results\[1\]\.profile_band\.total: expected a band \{a, b, f\}, got None"),
+        ({}, r"results\[1\]\.profile_band\.total: band is missing 'a'"),
+    ])
+    def test_malformed_row_band_is_an_error_and_nothing_changes(self, bad, message):
+        # NeMo-RL skips a malformed listed channel (or applies f outside [0, 1] as given); the drop-in
+        # refuses the batch, names the row and channel, and leaves every reward as it was
         pb = {"enabled": True, "defaults": {"total": {"a": 10, "b": 20, "f": 0.1}}}
-        assert run([row(1, 30, profile_band={"total": bad})], profile_band=pb)[0] == [1]
+        results = [row(1, 30), row(1, 30, profile_band={"total": bad}), row(1, 10), row(1, 40)]
+        before = copy.deepcopy(results)
+        with pytest.raises(BatchError, match=message):
+            run(results, profile_band=pb, group_size=1)
+        assert results == before
+
+    def test_row_profile_band_that_is_not_a_mapping_is_an_error(self):
+        with pytest.raises(BatchError, match=r"results\[0\]\.profile_band: expected a mapping of channel"):
+            run([row(1, 30, profile_band=[1, 2, 0.5])], {"profile_band_total": True})
+
+    def test_empty_or_null_row_profile_band_falls_back_to_the_global_band(self):
+        pb = {"enabled": True, "defaults": {"total": {"a": 10, "b": 20, "f": 0.5}}}
+        for block in (None, {}):
+            assert run([row(1, 30, profile_band=block)], profile_band=pb)[0] == [0.5]
 
     def test_band_only_on_originally_correct(self):
         band = {"total": {"a": 0, "b": 10, "f": 0.5}}
@@ -757,8 +782,8 @@ REWARDS = st.sampled_from([0, 0, 1, 1, 1, 1.0, 0.0, 0.9999995, 1e-7, -5e-7, 0.5]
 band_block = st.fixed_dictionaries({"a": st.integers(0, 20), "b": st.integers(5, 40),
                                     "f": st.sampled_from([0.0, 0.5, 0.9, 1.0])})
 valid_band = band_block.filter(lambda b: b["b"] > b["a"])
-row_band = st.dictionaries(st.sampled_from(["total", "reasoning", "answer"]),
-                           st.one_of(band_block, st.none(), st.just({"a": 3})), max_size=3)
+# a listed row channel must be a valid band (a malformed one is a BatchError, tested above)
+row_band = st.dictionaries(st.sampled_from(["total", "reasoning", "answer"]), valid_band, max_size=3)
 params = st.fixed_dictionaries({}, optional={
     "top_percentile": st.sampled_from([0.25, 0.5, 1.0]),
     "reasoning_bonus": st.sampled_from([0.0, 0.1]), "answer_bonus": st.sampled_from([0.0, 0.2]),

@@ -57,10 +57,6 @@ def random_band_block(rng: random.Random):
     roll = rng.random()
     if roll < 0.25:
         return None
-    if roll < 0.35:
-        return {"a": 3.0, "b": 2.0, "f": 0.5}  # malformed: multiplier 1
-    if roll < 0.4:
-        return {"a": 1.0}  # partial: missing fields
     a = float(rng.randint(0, 5))
     return {"a": a, "b": a + rng.choice([0.5, 2.0, 4.0]), "f": rng.choice([0.0, 0.5, 1.0])}
 

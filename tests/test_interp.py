@@ -204,15 +204,22 @@ def band_shaper():
     """), backend="interpreter").s
 
 
-def test_band_multiplier_shape_and_malformed_bands():
+def test_band_multiplier_shape():
     s = band_shaper()
     x = [100, 150, 200, 250, 150, 150]
-    pb = [{"a": 100, "b": 200, "f": 0.6}, {"a": 200, "b": 100, "f": 0.5}, None]
+    pb = [{"a": 100, "b": 200, "f": 0.6}, {"a": 100, "b": 300, "f": 1}, None]
     out = s(np.ones(6), group_size=2, channels={"x": x}, metadata={"pb": pb})
-    # 1 up to a; at 150 halfway: 1 - 0.5 * 0.4 = 0.8; f at and past b; b <= a counts as no band (1); none: 1
+    # 1 up to a; at 150 halfway: 1 - 0.5 * 0.4 = 0.8; f at and past b; f = 1 is flat; none: 1
     assert out.factors["fit"].tolist() == pytest.approx([1.0, 0.8, 1.0, 1.0, 1.0, 1.0])
     out = s(np.ones(2), group_size=2, channels={"x": [200, 250]}, metadata={"pb": [{"a": 100, "b": 200, "f": 0.6}]})
     assert out.factors["fit"].tolist() == pytest.approx([0.6, 0.6])
+
+
+def test_malformed_metadata_band_is_an_error():
+    s = band_shaper()
+    bad = {"a": 200, "b": 100, "f": 0.5}
+    with pytest.raises(BatchError, match=r"metadata\['pb'\]: group 1: band needs b > a, got a=200, b=100"):
+        s(np.ones(4), group_size=2, channels={"x": [1, 2, 3, 4]}, metadata={"pb": [{"a": 1, "b": 2, "f": 1}, bad]})
 
 
 STABLE = src("""
@@ -278,7 +285,7 @@ def test_rejects_negative_lengths_with_index(simple):
 def test_rejects_wrong_length_and_dtype(simple):
     with pytest.raises(BatchError, match=r"channels\['length'\]: expected 3 values"):
         simple([1, 0, 1], group_size=3, channels={"length": [1, 2]})
-    with pytest.raises(BatchError, match="expected a numeric array"):
+    with pytest.raises(BatchError, match="rewards: index 0: expected a number, got 'a'"):
         simple(np.array(["a", "b"]), group_size=2, channels={"length": [1, 2]})
     with pytest.raises(BatchError, match="missing input 'length'"):
         simple([1, 0], group_size=2)
@@ -308,18 +315,27 @@ def test_non_finite_result_is_an_error():
         s([1.0], group_size=1, channels={"x": [0.0]})
 
 
-def test_band_metadata_null_key_is_malformed_not_absent():
-    s = compile_str(src("""
-        shaper s(fallback: band = {10, 20, 0.5}) requires binary produces unit {
-          input x: tokens
-          meta pb: {total: band}
-          factor fit = band(x, pb.total ?? fallback) on reward > 0
-        }
-    """), backend="interpreter").s
+NULL_KEY = src("""
+    shaper s(fallback: band = {10, 20, 0.5}) requires binary produces unit {
+      input x: tokens
+      meta pb: {total: band}
+      factor fit = band(x, pb.total ?? fallback) on reward > 0
+    }
+""")
+
+
+def test_band_metadata_absent_key_falls_back():
+    s = compile_str(NULL_KEY, backend="interpreter").s
     out = s(np.ones(3), group_size=1, channels={"x": [30, 30, 30]},
-            metadata={"pb": [{"total": None}, {}, {"total": {"a": 1, "b": 2, "f": 0.25}}]})
-    # null: present but malformed -> 1; absent: the fallback band -> f = 0.5; given: f = 0.25
-    assert out.factors["fit"].tolist() == [1.0, 0.5, 0.25]
+            metadata={"pb": [None, {}, {"total": {"a": 1, "b": 2, "f": 0.25}}]})
+    # no row or no key: the fallback band -> f = 0.5; given: f = 0.25
+    assert out.factors["fit"].tolist() == [0.5, 0.5, 0.25]
+
+
+def test_band_metadata_null_key_is_malformed_not_absent():
+    s = compile_str(NULL_KEY, backend="interpreter").s
+    with pytest.raises(BatchError, match=r"metadata\['pb.total'\]: group 1: null; a band key that is present"):
+        s(np.ones(2), group_size=1, channels={"x": [30, 30]}, metadata={"pb": [{}, {"total": None}]})
 
 
 def test_integer_band_arrays_are_accepted():
@@ -342,8 +358,8 @@ def test_band_fields_of_literals_and_scalar_band_metadata():
 
 @pytest.mark.parametrize("backend", ["interpreter", "numba"])
 def test_factors_apply_where_the_reward_entering_them_is_positive(backend):
-    # NeMo-RL checks the clamped base once, before its band chain: a (malformed, f < 0) first band
-    # that turns the reward negative does not stop the second one
+    # NeMo-RL checks the clamped base once, before its band chain: a first band (f = 0) that wipes
+    # the reward out does not stop the second one
     s = compile_str(src("""
         shaper s() requires binary produces nonneg {
           input x: tokens
@@ -353,5 +369,6 @@ def test_factors_apply_where_the_reward_entering_them_is_positive(backend):
         }
     """), backend=backend).s
     out = s([1.0], group_size=1, channels={"x": [10]},
-            metadata={"pb": [{"total": {"a": 0, "b": 5, "f": -0.5}, "reasoning": {"a": 0, "b": 5, "f": 0.5}}]})
-    assert out.rewards.tolist() == [-0.25] and out.factors["second"].tolist() == [0.5]
+            metadata={"pb": [{"total": {"a": 0, "b": 5, "f": 0}, "reasoning": {"a": 0, "b": 5, "f": 0.5}}]})
+    assert out.rewards.tolist() == [0.0] and out.factors["first"].tolist() == [0.0]
+    assert out.factors["second"].tolist() == [0.5]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import shapec
+from shapec.runtime.batch import BatchError
 
 BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lower") else [])
 
@@ -76,10 +77,10 @@ class TestProfileGate:
         out = call(mod, [1, 1], [10, 30], **self.ON)
         assert self.gate(out) == ["missing_profile_limit"] and out.rewards.tolist() == [1, 1]
 
-    def test_missing_field_is_a_missing_limit(self, mod):
+    def test_present_band_with_a_missing_field_is_an_error(self, mod):
         meta = {"profile_band": {"total": np.array([[math.nan, 40, 1, 1]])}}
-        out = call(mod, [1, 1], [10, 30], metadata=meta, **self.ON)
-        assert self.gate(out) == ["missing_profile_limit"]
+        with pytest.raises(BatchError, match=r"metadata\['profile_band.total'\]: group 0: band fields must be finite"):
+            call(mod, [1, 1], [10, 30], metadata=meta, **self.ON)
 
     def test_no_lengths(self, mod):
         # positive_only and nobody scored: nothing to average
@@ -134,11 +135,10 @@ class TestSkips:
 
 
 class TestBands:
-    def test_row_band_present_but_malformed_shadows_global(self, mod):
-        # present row band with b <= a: multiplier 1, the global (0, 10, 0.1) is not used
+    def test_row_band_present_but_malformed_is_an_error(self, mod):
         meta = {"profile_band": {"total": np.array([[50.0, 50, 0.5, 1]])}}
-        out = call(mod, [1], [30], metadata=meta, global_band_total=(0, 10, 0.1), profile_band_total=True)
-        assert out.rewards.tolist() == [1]
+        with pytest.raises(BatchError, match=r"metadata\['profile_band.total'\]: group 0: band needs b > a"):
+            call(mod, [1], [30], metadata=meta, global_band_total=(0, 10, 0.1), profile_band_total=True)
 
     def test_absent_row_band_falls_back(self, mod):
         meta = {"profile_band": {"total": np.array([[math.nan, math.nan, math.nan, 0]])}}

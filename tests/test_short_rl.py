@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import shapec
 from shapec.compat.short_rl import ShortRL
+from shapec.runtime.shaper import StateError
 
 EPS = 1e-5
 
@@ -164,8 +167,36 @@ def test_invalid_arguments_name_the_param(kwargs, name):
 
 
 def test_load_state_dict_rejects_unknown_keys():
-    with pytest.raises(KeyError, match="unknown Short-RL state \\['max_acc'\\]; expected 'acc_max'"):
+    with pytest.raises(StateError, match="unknown Short-RL state \\['max_acc'\\]; expected 'acc_max'"):
         ShortRL().load_state_dict({"max_acc": 0.5})
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"acc_max": math.nan}, r"state acc_max: expected a finite number, got nan"),
+    ({"acc_max": math.inf}, r"state acc_max: expected a finite number, got inf"),
+    ({"acc_max": 7.0}, r"state acc_max: expected an accuracy in \[0, 1\], got 7.0"),
+    ({"acc_max": -0.1}, r"state acc_max: expected an accuracy in \[0, 1\], got -0.1"),
+    ({"acc_max": "0.5"}, r"state acc_max: expected a finite number, got '0.5'"),
+    ({"acc_max": True}, r"state acc_max: expected a finite number, got True"),
+    ({"acc_max": None}, r"state acc_max: expected a finite number, got None"),
+    ({"acc_max": 10**400}, r"state acc_max: expected a finite number"),
+    ({}, r"Short-RL state: missing 'acc_max'"),
+    (None, r"Short-RL state: expected a mapping \{'acc_max': float\}, got NoneType"),
+    ([0.5], r"Short-RL state: expected a mapping \{'acc_max': float\}, got list"),
+])
+def test_load_state_dict_validates_and_keeps_the_old_state(state, message):
+    shaper = ShortRL()
+    shaper(*batch(16), group_size=4)  # acc_max 0.8
+    with pytest.raises(StateError, match=message):
+        shaper.load_state_dict(state)
+    assert shaper.acc_max == 0.8
+
+
+def test_load_state_dict_accepts_the_accuracy_range_ends():
+    shaper = ShortRL()
+    for value in (0, 1, 0.25):
+        shaper.load_state_dict({"acc_max": value})
+        assert shaper.acc_max == value
 
 
 def test_lengths_must_match_the_rewards():

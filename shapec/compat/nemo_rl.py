@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 from typing import Any, Literal, Optional
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..runtime.validate import BatchError
+from ._nemo_gym_rows import CHANNELS, group_metadata, length_of, read_rows, response_texts, row_lengths
 from ._time_efficiency import TimeEfficiencyConfig, apply_time_efficiency_reward
 
 __all__ = ["LengthPenaltyConfig", "LengthPenaltyParams", "ProfileBandConfig", "apply_group_length_penalties",
@@ -27,7 +28,6 @@ __all__ = ["LengthPenaltyConfig", "LengthPenaltyParams", "ProfileBandConfig", "a
 
 logger = logging.getLogger(__name__)
 
-CHANNELS = ("total", "reasoning", "answer")
 METRICS = ("env_reward_mean", "reward_delta_mean", "wiped_correct_frac", "adjusted_frac",
            "skipped_non_binary_frac")
 
@@ -152,56 +152,6 @@ def agent_params(agent: str, cfg: LengthPenaltyConfig, defaults: dict[str, Any])
     return {**defaults, **override.model_dump(exclude_unset=True)}
 
 
-# ------------------------------------------------------------------------------------------ lengths
-def _get(obj: Any, key: str, default: Any) -> Any:
-    return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
-
-
-def response_texts(result: Any) -> tuple[str, str]:
-    """(reasoning, answer) text of one NeMo-Gym result row: the model's own output only.
-
-    Reasoning is the concatenated summary text of `reasoning` items; the answer is the text of
-    `message` items whose role is assistant or absent (user-role env observations are skipped).
-    Items may be dicts or objects with attributes.
-    """
-    full = result.get("full_result", {})
-    response = full.get("response", {})
-    items = _get(response, "output", [])
-    reasoning: list[str] = []
-    answer: list[str] = []
-    for item in items:
-        kind = _get(item, "type", "")
-        if kind == "reasoning":
-            reasoning.extend(_get(part, "text", "") for part in _get(item, "summary", []))
-        elif kind == "message":
-            if _get(item, "role", None) not in (None, "assistant"):
-                continue
-            content = _get(item, "content", [])
-            if isinstance(content, list):
-                answer.extend(_get(part, "text", "") for part in content)
-            elif isinstance(content, str):
-                answer.append(content)
-    return "".join(reasoning), "".join(answer)
-
-
-def length_of(text: str, length_type: str, tokenizer: Any = None) -> int:
-    """Tokens (without special tokens; 0 for empty text) or characters; chars when no tokenizer."""
-    if length_type == "tokens" and tokenizer is not None:
-        return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
-    return len(text)
-
-
-def _number(v: Any) -> float:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-
-
-def _row_band(block: Any) -> tuple[float, float, float, float]:
-    """A row's band channel -> (a, b, f, present). A present but malformed channel has NaN fields."""
-    if not isinstance(block, dict):
-        return (math.nan, math.nan, math.nan, 1.0)
-    return (_number(block.get("a")), _number(block.get("b")), _number(block.get("f")), 1.0)
-
-
 # ------------------------------------------------------------------------------------------ shaper
 _NON_BINARY_WARNED_AGENTS: set[str] = set()
 
@@ -259,13 +209,17 @@ def apply_group_length_penalties(
         return {}
     if not results:
         return {}
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)):
+        raise BatchError(f"group_size: expected a positive integer, got {group_size!r}")
     if group_size <= 0:
-        raise ValueError("group_size must be greater than zero")
+        raise BatchError("group_size must be greater than zero")
+    group_size = int(group_size)
 
+    fulls, rewards, row_agents = read_rows(results)
     n = len(results)
     starts = range(0, n, group_size)
     defaults = default_params(cfg, bands)
-    agents = [results[s]["agent_ref"]["name"] for s in starts]
+    agents = [row_agents[s] for s in starts]
     memo: dict[str, dict[str, Any]] = {}
     per_group = []
     for agent in agents:
@@ -276,18 +230,15 @@ def apply_group_length_penalties(
                 memo[agent] = agent_params(agent, cfg, defaults)
             per_group.append(memo[agent])
 
-    fulls = [row["full_result"] for row in results]
-    rewards = np.array([full["reward"] for full in fulls], dtype=np.float64)
     components = np.array([1.0 if full.get("reward_components") else 0.0 for full in fulls])
     low_effort = np.array([1.0 if row.get("low_effort_applied") else 0.0 for row in results])
-    reasoning, answer = _lengths(results, starts, group_size, per_group, tokenizer)
+    reasoning, answer = row_lengths(results, starts, group_size, per_group, tokenizer)
+    metadata = group_metadata(results, starts)
 
     out = length_penalty_shaper()(
-        rewards, group_size=group_size,
+        rewards, group_size=group_size, allow_short_last_group=True,  # NeMo-RL's slicing: the last may be short
         channels={"reasoning": reasoning, "answer": answer, "low_effort": low_effort},
-        metadata=_group_metadata(results, starts),
-        params=_param_columns(per_group, bands),
-        reward_components=components,
+        metadata=metadata, params=_param_columns(per_group, bands), reward_components=components,
     )
     # like NeMo-RL, every row of a group that passed the binary check gets its (float) reward back
     final = out.rewards.tolist()
@@ -305,88 +256,6 @@ def apply_group_length_penalties(
     if cfg.verbose:
         _print_breakdown(out, agents, per_group, reasoning, answer, rewards)
     return {f"length_penalty/{k}": float(out.metrics[k]) for k in METRICS}
-
-
-def _lengths(results, starts: range, group_size: int, per_group, tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups)."""
-    n = len(results)
-    counts: list[tuple[int, int] | None] = [(0, 0)] * n
-    for g, s in enumerate(starts):
-        params = per_group[g]
-        if not params["enabled"]:
-            continue
-        e = min(s + group_size, n)
-        if params["length_type"] == "tokens" and tokenizer is not None:
-            counts[s:e] = [None] * (e - s)
-        else:
-            counts[s:e] = map(_plain_char_lengths, results[s:e])
-        for i in range(s, e):
-            if counts[i] is None:  # tokens, or a row the fast path does not handle
-                r_text, a_text = response_texts(results[i])
-                counts[i] = (length_of(r_text, params["length_type"], tokenizer),
-                             length_of(a_text, params["length_type"], tokenizer))
-    both = np.array(counts, dtype=np.float64).reshape(n, 2)
-    return both[:, 0].copy(), both[:, 1].copy()
-
-
-def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
-    """response_texts' character counts without building the strings: a fast path for plain dict rows.
-
-    Returns None (use response_texts) on anything unusual: a missing key, an object item, a missing text.
-    Walking the dicts is memory-bound, so this path avoids method calls and string copies.
-    """
-    reasoning = answer = 0
-    try:
-        for item in row["full_result"]["response"]["output"]:
-            kind = item["type"]
-            if kind == "reasoning":
-                for part in item["summary"]:
-                    reasoning += len(part["text"])
-            elif kind == "message":
-                role = item.get("role")
-                if role is not None and role != "assistant":
-                    continue
-                content = item["content"]
-                if isinstance(content, list):
-                    for part in content:
-                        answer += len(part["text"])
-                elif isinstance(content, str):
-                    answer += len(content)
-    except (KeyError, TypeError, AttributeError):
-        return None
-    return reasoning, answer
-
-
-def _group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, Any]:
-    """Per-group metadata from each group's first row: profile bands and profiled rollouts.
-
-    A band channel the row lists is present (even if malformed: it then shadows the global band,
-    as NeMo-RL's dict merge does); an unlisted one is absent and falls back to the global band.
-    """
-    absent = (math.nan, math.nan, math.nan, 0.0)
-    band_rows: dict[str, list] = {ch: [] for ch in CHANNELS}
-    sizes = [0]
-    p_rewards: list[float] = []
-    p_lengths: list[float] = []
-    for s in starts:
-        first = results[s]
-        band = first.get("profile_band")
-        listed = band if band and isinstance(band, dict) else {}
-        for ch in CHANNELS:
-            band_rows[ch].append(_row_band(listed[ch]) if ch in listed else absent)
-        pr, pl = first.get("profiled_rewards"), first.get("profiled_output_lengths")
-        k = 0
-        if pr is not None and pl is not None:
-            k = min(len(pr), len(pl))
-            p_rewards.extend(pr[:k])
-            p_lengths.extend(pl[:k])
-        sizes.append(k)
-    G = len(starts)
-    return {
-        "profile_band": {ch: np.array(rows, dtype=np.float64).reshape(G, 4) for ch, rows in band_rows.items()},
-        "profiled": {"offsets": np.cumsum(sizes, dtype=np.int64), "reward": np.asarray(p_rewards, dtype=np.float64),
-                     "length": np.asarray(p_lengths, dtype=np.float64)},
-    }
 
 
 def _print_breakdown(out, agents, per_group, reasoning, answer, env_rewards) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..api import load
 from ..runtime.params import validate_params
-from ..runtime.shaper import default_backend
+from ..runtime.shaper import StateError, default_backend, state_number
 
 
 class ShortRL:
@@ -62,7 +62,15 @@ class ShortRL:
         return {"acc_max": self.acc_max}
 
     def load_state_dict(self, state: Mapping[str, float]) -> None:
-        unknown = set(state) - {"acc_max"}
+        """Restore `{"acc_max": best}`: a finite accuracy in [0, 1], or a StateError naming the key."""
+        if not isinstance(state, Mapping):
+            raise StateError(f"Short-RL state: expected a mapping {{'acc_max': float}}, got {type(state).__name__}")
+        unknown = sorted(str(k) for k in state if k != "acc_max")
         if unknown:
-            raise KeyError(f"unknown Short-RL state {sorted(unknown)}; expected 'acc_max'")
-        self._shaper.load_state_dict({"short_rl": {"acc_max": float(state["acc_max"])}})
+            raise StateError(f"unknown Short-RL state {unknown}; expected 'acc_max'")
+        if "acc_max" not in state:
+            raise StateError("Short-RL state: missing 'acc_max' (the best batch accuracy so far)")
+        value = state_number("acc_max", state["acc_max"])
+        if not 0 <= value <= 1:
+            raise StateError(f"state acc_max: expected an accuracy in [0, 1], got {state['acc_max']!r}")
+        self._shaper.load_state_dict({"short_rl": {"acc_max": value}})

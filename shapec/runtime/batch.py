@@ -1,11 +1,13 @@
 """Struct-of-arrays batch: validated float64 arrays that both backends read.
 
-Everything the user hands over is checked here, once, with an error that names the
-field and the first bad index, so a kernel never sees a NaN reward or a negative length.
+Everything the user hands over is checked here, once, by the validators of `validate.py`, with
+an error that names the field, the group or row and what was expected. A bad value anywhere fails
+the whole call (nothing is shaped), so it can never change another group's rewards.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -13,10 +15,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
+from .validate import BatchError, band, band_table, check_offsets, finite, group_size_offsets, integers, numeric
 
-
-class BatchError(ValueError):
-    """Bad input data: names the field, the first bad index and what was expected."""
+__all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
 
 
 @dataclass
@@ -42,48 +43,41 @@ class Batch:
         return np.repeat(np.arange(self.groups), np.diff(self.offsets))
 
 
-_F64 = np.dtype(np.float64)
-
-
-def _numeric(name: str, value: Any, length: int | None, what: str = "rollout") -> np.ndarray:
-    if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
-        return value.copy()  # the common case, without the checks below
-    arr = np.asarray(value)
-    if arr.dtype == object:
-        try:
-            arr = arr.astype(np.float64)
-        except (TypeError, ValueError):
-            raise BatchError(f"{name}: expected numbers, got {arr.dtype} values") from None
-    if arr.dtype.kind not in "biuf":
-        raise BatchError(f"{name}: expected a numeric array, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise BatchError(f"{name}: expected a 1-d array, got shape {arr.shape}")
-    if length is not None and len(arr) != length:
-        raise BatchError(f"{name}: expected {length} values (one per {what}), got {len(arr)}")
-    return arr.astype(np.float64, copy=True)
-
-
-def _first_bad(mask: np.ndarray) -> int:
-    return int(np.flatnonzero(mask)[0])
-
-
-def make_offsets(n: int, group_size: int | None, offsets: Any) -> np.ndarray:
+def make_offsets(n: int, group_size: Any, offsets: Any, allow_short_last_group: bool = False) -> np.ndarray:
+    """Group boundaries from exactly one of `group_size` (must divide n unless a short last group
+    is allowed) or `offsets` (integers from 0 to n, non-decreasing)."""
     if (group_size is None) == (offsets is None):
         raise BatchError("give exactly one of group_size= or offsets=")
     if group_size is not None:
-        if isinstance(group_size, bool) or int(group_size) != group_size or group_size <= 0:
-            raise BatchError(f"group_size: expected a positive integer, got {group_size!r}")
-        group_size = int(group_size)
-        return np.minimum(np.arange(0, n + group_size, group_size, dtype=np.int64)[: -(-n // group_size) + 1], n)
-    off = np.asarray(offsets)
-    if off.dtype.kind not in "iu" or off.ndim != 1 or len(off) < 1:
-        raise BatchError(f"offsets: expected a 1-d integer array, got {off.dtype} with shape {off.shape}")
-    off = off.astype(np.int64)
-    if off[0] != 0 or off[-1] != n:
-        raise BatchError(f"offsets: must start at 0 and end at {n} (the number of rewards), got {off[0]}..{off[-1]}")
-    if np.any(np.diff(off) < 0):
-        raise BatchError(f"offsets: must be non-decreasing; index {_first_bad(np.diff(off) < 0) + 1} goes back")
-    return off
+        return group_size_offsets(n, group_size, allow_short_last_group)
+    return check_offsets("offsets", integers("offsets", offsets), n)
+
+
+def _mapping(name: str, value: Any) -> Mapping:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise BatchError(f"{name}: expected a mapping of names to values, got {type(value).__name__}")
+    return value
+
+
+def _hint(key: Any, options) -> str:
+    close = difflib.get_close_matches(str(key), [str(o) for o in options], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
+    """Finite values (NaN allowed where it means missing), >= 0 for a unit, whole for an int."""
+    if allow_nan:
+        finite(name, np.where(np.isnan(arr), 0.0, arr), typ if typ in UNITS else None)
+    else:
+        finite(name, arr, typ if typ in UNITS else None)
+    if typ == "int" and len(arr):
+        frac = ~np.isnan(arr) & (arr != np.floor(arr))
+        if frac.any():
+            i = int(np.flatnonzero(frac)[0])
+            raise BatchError(f"{name}: index {i}: expected an integer, got {arr[i]!r}")
+    return arr
 
 
 def make_batch(
@@ -97,144 +91,167 @@ def make_batch(
     reward_components: Any = None,
     inputs_needed: tuple[tuple[str, str], ...] = (),
     metas_needed: tuple[MetaSpec, ...] = (),
+    allow_short_last_group: bool = False,
 ) -> Batch:
     """Validate and convert user arrays into a Batch for the given inputs and metadata."""
-    r = _numeric("rewards", rewards, None)
-    if not math.isfinite(r.sum()) and not np.isfinite(r).all():  # one sum when all is well
-        if np.isnan(r).any():
-            raise BatchError(f"rewards: NaN at index {_first_bad(np.isnan(r))}; rewards must be numbers")
-        raise BatchError(f"rewards: infinite at index {_first_bad(np.isinf(r))}")
+    r = finite("rewards", numeric("rewards", rewards))
     n = len(r)
-    off = make_offsets(n, group_size, offsets)
+    off = make_offsets(n, group_size, offsets, allow_short_last_group)
     G = len(off) - 1
-    channels = dict(channels or {})
+    channels = _mapping("channels", channels)
+    metadata = _mapping("metadata", metadata)
     inputs_needed = inputs_needed or (ir.inputs if ir else ())
     metas_needed = metas_needed or (ir.metas if ir else ())
     inputs: dict[str, np.ndarray] = {}
     for name, typ in inputs_needed:
         if name not in channels:
-            raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout)")
-        arr = _numeric(f"channels[{name!r}]", channels[name], n)
-        # one reduction when all is well (a NaN makes both fail); the messages below say which row
-        suspect = len(arr) > 0 and not (arr.min() >= 0 if typ in UNITS else math.isfinite(arr.sum()))
-        if suspect and np.isnan(arr).any():
-            raise BatchError(f"channels[{name!r}]: NaN at index {_first_bad(np.isnan(arr))}")
-        if suspect and typ in UNITS:
-            raise BatchError(f"channels[{name!r}]: negative length at index {_first_bad(arr < 0)}; "
-                             f"{typ} must be >= 0")
+            names = [k for k, _ in inputs_needed]
+            extra = [k for k in channels if k not in names]
+            unknown = "".join(f"; got unknown channel {k!r}{_hint(k, names)}" for k in extra)
+            raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout){unknown}")
+        label = f"channels[{name!r}]"
+        arr = _checked(label, numeric(label, channels[name], n), typ)
         if typ == "bool":
             arr = (arr != 0).astype(np.float64)
         inputs[name] = arr
     comps = None
     if reward_components is not None:
-        comps = _numeric("reward_components", reward_components, n)
+        comps = finite("reward_components", numeric("reward_components", reward_components, n), "components")
     batch = Batch(r, off, inputs, components=comps)
-    metadata = dict(metadata or {})
     for spec in metas_needed:
         _load_meta(batch, spec, metadata.get(spec.name), G)
     return batch
 
 
-def _scalar(value: Any) -> float:
-    if isinstance(value, (bool, np.bool_)):
-        return float(value)
-    if isinstance(value, (int, float, np.integer, np.floating)):
-        return float(value)
-    return math.nan
+def _rows(name: str, value: Any, G: int) -> list:
+    """Per-group entries: a list, tuple or 1-d array of exactly G of them."""
+    if isinstance(value, np.ndarray) and value.ndim == 1 or isinstance(value, (list, tuple)):
+        if len(value) != G:
+            raise BatchError(f"{name}: expected {G} entries (one per group), got {len(value)}")
+        return list(value)
+    raise BatchError(f"{name}: expected one entry per group ({G}), got {type(value).__name__}")
 
 
-def band_row(block: Any) -> tuple[float, float, float, float]:
-    """A per-prompt band block -> (a, b, f, present). Non-numeric or boolean fields are missing."""
-    if not isinstance(block, Mapping):
-        return (math.nan, math.nan, math.nan, 0.0 if block is None else 1.0)
-    vals = []
-    for key in ("a", "b", "f"):
-        v = block.get(key)
-        vals.append(float(v) if isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) else math.nan)
-    return (*vals, 1.0)
-
-
-def _band_array(name: str, value: Any, G: int) -> np.ndarray:
-    if value is None:
-        out = np.full((G, 4), math.nan)
-        out[:, 3] = 0.0
-        return out
-    arr = np.asarray(value, dtype=object) if not isinstance(value, np.ndarray) else value
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and value.ndim == 2:
-        if value.shape[0] != G or value.shape[1] not in (3, 4):
-            raise BatchError(f"metadata[{name!r}]: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
-        value = value.astype(np.float64)
-        out = np.empty((G, 4))
-        out[:, :3] = value[:, :3]
-        out[:, 3] = value[:, 3] if value.shape[1] == 4 else (~np.isnan(value[:, :3]).all(axis=1)).astype(float)
-        return out
-    if len(arr) != G:
-        raise BatchError(f"metadata[{name!r}]: expected {G} entries (one per group), got {len(arr)}")
-    return np.array([band_row(v) for v in value], dtype=np.float64).reshape(G, 4)
+def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | None:
+    if row is None:
+        return None
+    if not isinstance(row, Mapping):
+        raise BatchError(f"{name}: group {g}: expected a mapping with {fields} or None, got {row!r}")
+    for key in row:
+        if key not in fields:
+            raise BatchError(f"{name}: group {g}: unknown field {key!r}{_hint(key, fields)}; fields: {fields}")
+    return row
 
 
 def _load_meta(batch: Batch, spec: MetaSpec, value: Any, G: int) -> None:
+    name = f"metadata[{spec.name!r}]"
     if spec.kind == "scalar":
         _load_field(batch, spec.name, spec.type, value, G)
-        return
-    if spec.kind == "record":
-        rows = value
-        for fname, ftype in spec.fields:
-            path = f"{spec.name}.{fname}"
-            if rows is None:
-                col = None
-            elif isinstance(rows, Mapping):
-                col = rows.get(fname)
-            else:
-                if len(rows) != G:
-                    raise BatchError(f"metadata[{spec.name!r}]: expected {G} entries (one per group), got {len(rows)}")
-                # a band key that is present but null is a malformed band (no fallback), not an absent one
-                col = [({} if row[fname] is None and ftype == "band" else row[fname])
-                       if isinstance(row, Mapping) and fname in row else None for row in rows]
-            _load_field(batch, path, ftype, col, G)
-        return
-    # list metadata: per group a record of equal-length lists, or {"offsets": ..., field: values}
-    names = [f for f, _ in spec.fields]
-    if isinstance(value, Mapping) and "offsets" in value:
-        off = np.asarray(value["offsets"], dtype=np.int64)
-        if len(off) != G + 1:
-            raise BatchError(f"metadata[{spec.name!r}].offsets: expected {G + 1} values, got {len(off)}")
-        fields = {f: _numeric(f"metadata[{spec.name!r}].{f}", value[f], int(off[-1]), "item") for f in names}
-        batch.lists[spec.name] = (off, fields)
-        return
-    rows = value if value is not None else [None] * G
-    if len(rows) != G:
-        raise BatchError(f"metadata[{spec.name!r}]: expected {G} entries (one per group), got {len(rows)}")
-    lengths, cols = [], {f: [] for f in names}
-    for g, row in enumerate(rows):
-        lists = [row.get(f) if isinstance(row, Mapping) else None for f in names]
-        if any(v is None for v in lists):
-            lengths.append(0)  # absent or partial: the group has no items
-            continue
-        k = min(len(v) for v in lists)  # zip semantics: the shortest list decides
-        lengths.append(k)
-        for f, v in zip(names, lists):
-            for i, x in enumerate(v[:k]):
-                fx = _scalar(x)
-                if math.isnan(fx):
-                    raise BatchError(f"metadata[{spec.name!r}]: group {g}, {f}[{i}]: expected a number, got {x!r}")
-                cols[f].append(fx)
-    off = np.zeros(G + 1, dtype=np.int64)
-    off[1:] = np.cumsum(lengths)
-    batch.lists[spec.name] = (off, {f: np.asarray(cols[f], dtype=np.float64) for f in names})
+    elif spec.kind == "record":
+        _load_record(batch, spec, name, value, G)
+    else:
+        _load_list(batch, spec, name, value, G)
+
+
+def _load_record(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) -> None:
+    """A record: None, a mapping of field -> per-group column, or per-group rows (None or mappings)."""
+    fields = [f for f, _ in spec.fields]
+    rows = None
+    if isinstance(value, Mapping):
+        for key in value:
+            if key not in fields:
+                raise BatchError(f"{name}: unknown field {key!r}{_hint(key, fields)}; fields: {fields}")
+    elif value is not None:
+        rows = [_row_mapping(name, g, row, fields) for g, row in enumerate(_rows(name, value, G))]
+    for fname, ftype in spec.fields:
+        path = f"{spec.name}.{fname}"
+        if rows is None:
+            col = value.get(fname) if isinstance(value, Mapping) else None
+        else:
+            col = [row.get(fname) if row is not None else None for row in rows]
+            if ftype == "band":  # a key left out is no band; a key set to null is a malformed one
+                for g, row in enumerate(rows):
+                    if row is not None and fname in row and row[fname] is None:
+                        raise BatchError(f"metadata[{path!r}]: group {g}: null; a band key that is present "
+                                         f"must hold a band {{a, b, f}} (leave the key out for no band)")
+        _load_field(batch, path, ftype, col, G)
 
 
 def _load_field(batch: Batch, path: str, typ: str, value: Any, G: int) -> None:
+    name = f"metadata[{path!r}]"
     if typ == "band":
-        batch.bands[path] = _band_array(path, value, G)
+        batch.bands[path] = _band_column(name, value, G)
         return
     if value is None:
         batch.metas[path] = np.full(G, math.nan)
         return
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        arr = _numeric(f"metadata[{path!r}]", value, G, "group")
+        arr = numeric(name, value, G, "group")
     else:
-        if len(value) != G:
-            raise BatchError(f"metadata[{path!r}]: expected {G} values (one per group), got {len(value)}")
-        arr = np.array([_scalar(v) for v in value], dtype=np.float64)
-    batch.metas[path] = arr
+        column = _rows(name, value, G)
+        arr = numeric(name, [math.nan if v is None else v for v in column], G, "group")
+    batch.metas[path] = _checked(name, arr, typ, allow_nan=True)  # NaN or None: missing for that group
+
+
+def _band_column(name: str, value: Any, G: int) -> np.ndarray:
+    """Per-group bands -> (G, 4) rows (a, b, f, present); None entries are absent, others must be valid."""
+    out = np.full((G, 4), math.nan)
+    out[:, 3] = 0.0
+    if value is None:
+        return out
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return band_table(name, value, G)
+    for g, block in enumerate(_rows(name, value, G)):
+        if block is not None:
+            out[g] = (*band(f"{name}: group {g}", block), 1.0)
+    return out
+
+
+def _load_list(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) -> None:
+    """List metadata: per group a record of equal-length lists, or {"offsets": ..., field: values}."""
+    fields = [f for f, _ in spec.fields]
+    if isinstance(value, Mapping):
+        _load_flat_list(batch, spec, name, value, G)
+        return
+    rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
+                                             for g, row in enumerate(_rows(name, value, G))]
+    lengths, cols = [], {f: [] for f in fields}
+    for g, row in enumerate(rows):
+        lists = [row.get(f) if row is not None else None for f in fields]
+        if any(v is None for v in lists):
+            lengths.append(0)  # absent or partial: the group has no items
+            continue
+        arrays = [_checked(f"{name}: group {g}, {f}", numeric(f"{name}: group {g}, {f}", v, None, "item"), t)
+                  for (f, t), v in zip(spec.fields, lists)]
+        k = min(len(a) for a in arrays)  # zip semantics: the shortest list decides
+        lengths.append(k)
+        for f, a in zip(fields, arrays):
+            cols[f].append(a[:k])
+    off = np.zeros(G + 1, dtype=np.int64)
+    off[1:] = np.cumsum(lengths)
+    batch.lists[spec.name] = (off, {f: np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields})
+
+
+def _load_flat_list(batch: Batch, spec: MetaSpec, name: str, value: Mapping, G: int) -> None:
+    """{"offsets": (G+1,) integers, field: values, ...}: every field as long as the offsets say."""
+    fields = [f for f, _ in spec.fields]
+    expected = ["offsets", *fields]
+    for key in expected:
+        if key not in value:
+            raise BatchError(f"{name}: missing {key!r}; expected {{'offsets': ..., "
+                             f"{', '.join(repr(f) + ': ...' for f in fields)}}}")
+    for key in value:
+        if key not in expected:
+            raise BatchError(f"{name}: unknown key {key!r}{_hint(key, expected)}; expected {expected}")
+    off = integers(f"{name}.offsets", value["offsets"])
+    if len(off) != G + 1:
+        raise BatchError(f"{name}.offsets: expected {G + 1} values (groups + 1), got {len(off)}")
+    columns = {}
+    for f, t in spec.fields:
+        label = f"{name}.{f}"
+        columns[f] = _checked(label, numeric(label, value[f], None, "item"), t)
+    total = len(columns[fields[0]])
+    for f in fields[1:]:
+        if len(columns[f]) != total:
+            raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(columns[f])}")
+    batch.lists[spec.name] = (check_offsets(f"{name}.offsets", off, total, f"{fields[0]!r} items"), columns)

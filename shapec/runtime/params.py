@@ -25,6 +25,18 @@ def _suggest(key: str, options) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def mapping_of_params(values: Any, where: str = "params") -> dict[str, Any]:
+    """A params mapping with string keys (None is no params); anything else names what is wrong."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise ParamError(f"{where}: expected a mapping of param names to values, got {type(values).__name__}")
+    for key in values:
+        if not isinstance(key, str):
+            raise ParamError(f"{where}: param names are strings, got the key {key!r}")
+    return dict(values)
+
+
 def _band_check(value):
     if value is None:
         return value
@@ -36,7 +48,7 @@ def _band_check(value):
     return (a, b, f)
 
 
-def _field(spec: ParamSpec):
+def _field(spec: ParamSpec, shaper: str):
     if spec.kind == "enum":
         typ: Any = Literal[spec.members]  # type: ignore[valid-type]
     elif spec.kind == "bool":
@@ -55,6 +67,9 @@ def _field(spec: ParamSpec):
         return (Optional[typ], None)
     if spec.required:
         return (typ, ...)
+    if spec.kind in ("int", "float") and not math.isfinite(spec.default):
+        # a literal such as 1e400 reads as inf: no value the model would accept
+        raise ParamError(f"param {spec.name!r} of shaper {shaper!r}: default {spec.default!r} is not a finite number")
     return (typ, spec.default)
 
 
@@ -65,7 +80,7 @@ def params_model(ir: ShaperIR) -> type[BaseModel]:
     """The pydantic model of a shaper's params: typed, ranged, unknown keys rejected."""
     if id(ir) in _MODELS:
         return _MODELS[id(ir)][1]
-    fields = {spec.name: _field(spec) for spec in ir.params}
+    fields = {spec.name: _field(spec, ir.name) for spec in ir.params}
     validators = {}
     for spec in ir.params:
         if spec.kind == "band":
@@ -79,7 +94,7 @@ def params_model(ir: ShaperIR) -> type[BaseModel]:
 
 def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str = "") -> dict[str, Any]:
     """Validate scalar params; unknown keys name the closest valid one."""
-    values = dict(values or {})
+    values = mapping_of_params(values, f"{where}params of shaper {ir.name!r}")
     names = [s.name for s in ir.params]
     for key in values:
         if key not in names:
@@ -95,7 +110,7 @@ def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str =
 
 def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict[str, np.ndarray]:
     """Scalars or per-group arrays -> float64 arrays of length G (bands: (G, 4); enums: member index)."""
-    params = dict(params or {})
+    params = mapping_of_params(params, f"params of shaper {ir.name!r}")
     specs = {s.name: s for s in ir.params}
     for key in params:
         if key not in specs:

@@ -3,19 +3,38 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
+import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..compiler.ir import PipelineIR, ShaperIR
-from .batch import Batch, BatchError, _numeric, make_batch
+from .batch import Batch, make_batch
 from .interp import Interpreter, StageOutput
-from .params import ParamError, param_arrays, params_model
+from .params import ParamError, mapping_of_params, param_arrays, params_model
+from .validate import finite, is_number, numeric
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
+
+
+class StateError(ValueError):
+    """A state checkpoint that does not fit the shaper: names the stage and state key."""
+
+
+def state_number(key: str, value: Any) -> float:
+    """A state value from a checkpoint: a finite real number (bool excluded)."""
+    try:
+        ok = is_number(value) and math.isfinite(float(value))
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise StateError(f"state {key}: expected a finite number, got {value!r}")
+    return float(value)
 
 
 def default_parallel() -> bool:
@@ -127,7 +146,8 @@ class CompiledShaper:
 
     `shaper(rewards, group_size=16, channels={...}, metadata={...}, params={...})`.
     Stateful shapers (with `state`) keep their state across calls; `state_dict()` and
-    `load_state_dict()` carry it over a restart.
+    `load_state_dict()` carry it over a restart. A call reads, computes and writes the state
+    under a lock, so calls from several threads never lose an update.
     """
 
     def __init__(self, ir: ShaperIR | PipelineIR, backend: str, parallel: bool = False):
@@ -138,6 +158,8 @@ class CompiledShaper:
             list(ir.stages) if isinstance(ir, PipelineIR) else [(ir, {})]
         )
         self._state = {s.name: {n: v for n, v in s.states} for s, _ in self.stages}
+        # stateless shapers stay lock-free: only a read-compute-write of state needs one
+        self._lock = threading.Lock() if any(s.states for s, _ in self.stages) else nullcontext()
         # the inputs and metadata every call validates, worked out once: a training loop calls this every step
         self._inputs = tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items())
         self._metas = tuple({m.name: m for s, _ in self.stages for m in s.metas}.values())
@@ -181,16 +203,36 @@ class CompiledShaper:
         return {k: dict(v) for k, v in self._state.items() if v}
 
     def load_state_dict(self, state: Mapping[str, Mapping[str, float]]) -> None:
+        """Load what `state_dict()` returned: every stateful stage, every state, a finite number each.
+
+        Nothing is changed unless all of it is valid; the error names the stage and state key.
+        """
+        if not isinstance(state, Mapping):
+            raise StateError(f"state of {self.name!r}: expected a mapping of stage -> {{state: value}}, "
+                             f"got {type(state).__name__}")
+        expected = {stage: names for stage, names in self._state.items() if names}
+        loaded: dict[str, dict[str, float]] = {}
         for stage, values in state.items():
-            if stage not in self._state:
-                raise KeyError(f"no stateful stage {stage!r}")
-            unknown = set(values) - set(self._state[stage])
-            if unknown:
-                raise KeyError(f"stage {stage!r} has no state {sorted(unknown)}")
-            self._state[stage].update({k: float(v) for k, v in values.items()})
+            if stage not in expected:
+                raise StateError(f"state of {self.name!r}: no stateful stage {stage!r}; "
+                                 f"stateful stages: {sorted(expected) or 'none'}")
+            if not isinstance(values, Mapping):
+                raise StateError(f"state {stage!r}: expected a mapping of state -> value, got {type(values).__name__}")
+            for key in values:
+                if key not in expected[stage]:
+                    raise StateError(f"state {stage}.{key}: no such state; {stage!r} has {sorted(expected[stage])}")
+            loaded[stage] = {key: state_number(f"{stage}.{key}", values[key]) for key in values}
+        for stage, names in expected.items():
+            missing = [key for key in names if key not in loaded.get(stage, {})]
+            if missing:
+                raise StateError(f"state {stage}.{missing[0]}: missing; a checkpoint must carry every state "
+                                 f"(as state_dict() returns it)")
+        with self._lock:
+            for stage, values in loaded.items():
+                self._state[stage].update(values)
 
     def _stage_params(self, params: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-        params = dict(params or {})
+        params = mapping_of_params(params, f"params of {self.name!r}")
         if not self.is_pipeline:
             return [{**self.stages[0][1], **params}]
         names = [s.name for s, _ in self.stages]
@@ -201,7 +243,7 @@ class CompiledShaper:
                 close = difflib.get_close_matches(key, names, n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ParamError(f"unknown stage {key!r} in params of pipeline {self.name!r}{hint}")
-        return [{**args, **dict(params.get(s.name) or {})} for s, args in self.stages]
+        return [{**args, **mapping_of_params(params.get(s.name), f"params[{s.name!r}]")} for s, args in self.stages]
 
     # ------------------------------------------------------------ call
     def __call__(
@@ -216,27 +258,35 @@ class CompiledShaper:
         reward_components: Any = None,
         env_rewards: Any = None,
         training: bool = True,
+        allow_short_last_group: bool = False,
     ) -> Result:
-        """`env_rewards` is what `env_reward` reads (default: `rewards`), for a call whose rewards
-        were already shaped elsewhere, such as an advantage stage run on its own."""
+        """Shape one batch. Bad data fails the whole call with a BatchError (nothing is shaped).
+
+        `group_size` must divide the number of rewards unless `allow_short_last_group=True`, which
+        makes the last group hold the remainder. `env_rewards` is what `env_reward` reads (default:
+        `rewards`), for a call whose rewards were already shaped elsewhere, such as an advantage
+        stage run on its own."""
         batch = make_batch(
             None, rewards, group_size=group_size, offsets=offsets, channels=channels, metadata=metadata,
             reward_components=reward_components, inputs_needed=self._inputs, metas_needed=self._metas,
+            allow_short_last_group=allow_short_last_group,
         )
         if env_rewards is None:
             env_rewards = batch.rewards.copy()
         else:
-            env_rewards = _numeric("env_rewards", env_rewards, batch.n)
-            if not np.isfinite(env_rewards).all():
-                raise BatchError(f"env_rewards: not finite at index {int(np.flatnonzero(~np.isfinite(env_rewards))[0])}")
+            env_rewards = finite("env_rewards", numeric("env_rewards", env_rewards, batch.n))
+        stage_params = self._stage_params(params)
+        arrays = [param_arrays(ir, values, batch.groups) for (ir, _), values in zip(self.stages, stage_params)]
+        with self._lock:
+            return self._shape(batch, env_rewards, arrays, training)
+
+    def _shape(self, batch: Batch, env_rewards: np.ndarray, arrays: list, training: bool) -> Result:
         current = batch.rewards
         result = Result(current, batch.offsets)
-        stage_params = self._stage_params(params)
-        for i, ((ir, _), values) in enumerate(zip(self.stages, stage_params)):
-            arrays = param_arrays(ir, values, batch.groups)
+        for i, (ir, _) in enumerate(self.stages):
             stage_batch = Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands, batch.lists,
                                 batch.components, env_rewards)
-            out = self._run(i, ir, stage_batch, arrays, training)
+            out = self._run(i, ir, stage_batch, arrays[i], training)
             if training:
                 self._state[ir.name] = dict(out.state)
             result.stages.append(StageResult(

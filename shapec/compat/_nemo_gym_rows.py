@@ -1,0 +1,203 @@
+"""NeMo-Gym result rows -> the arrays of `shapec.compat.nemo_rl`, read as NeMo-RL reads them.
+
+Where NeMo-RL's own code would stop with a bare KeyError or TypeError (a row without `full_result`,
+a string reward, a `None` text, string `profiled_rewards`), this raises a BatchError that names
+the row and the field; a malformed `profile_band` channel, which NeMo-RL silently skips or applies
+as given, is refused the same way. Nothing is mutated before every row has been read.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ..runtime.validate import BatchError, band, finite, numeric
+
+CHANNELS = ("total", "reasoning", "answer")
+
+
+def _get(obj: Any, key: str, default: Any) -> Any:
+    return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+
+
+def _text(part: Any, where: str) -> str:
+    text = _get(part, "text", "")
+    if not isinstance(text, str):
+        raise BatchError(f"{where}.text: expected a string, got {text!r}")
+    return text
+
+
+def _items(obj: Any, key: str, where: str) -> list:
+    items = _get(obj, key, [])
+    if not isinstance(items, (list, tuple)):
+        raise BatchError(f"{where}.{key}: expected a list, got {items!r}")
+    return list(items)
+
+
+def response_texts(result: Any, where: str = "result") -> tuple[str, str]:
+    """(reasoning, answer) text of one NeMo-Gym result row: the model's own output only.
+
+    Reasoning is the concatenated summary text of `reasoning` items; the answer is the text of
+    `message` items whose role is assistant or absent (user-role env observations are skipped).
+    Items may be dicts or objects with attributes; a text that is not a string is a BatchError.
+    """
+    full = result.get("full_result", {})
+    response = full.get("response", {})
+    base = f"{where}.full_result.response"
+    reasoning: list[str] = []
+    answer: list[str] = []
+    for k, item in enumerate(_items(response, "output", base)):
+        at = f"{base}.output[{k}]"
+        kind = _get(item, "type", "")
+        if kind == "reasoning":
+            reasoning.extend(_text(part, f"{at}.summary[{j}]") for j, part in enumerate(_items(item, "summary", at)))
+        elif kind == "message":
+            if _get(item, "role", None) not in (None, "assistant"):
+                continue
+            content = _get(item, "content", [])
+            if isinstance(content, list):
+                answer.extend(_text(part, f"{at}.content[{j}]") for j, part in enumerate(content))
+            elif isinstance(content, str):
+                answer.append(content)
+    return "".join(reasoning), "".join(answer)
+
+
+def length_of(text: str, length_type: str, tokenizer: Any = None) -> int:
+    """Tokens (without special tokens; 0 for empty text) or characters; chars when no tokenizer."""
+    if length_type == "tokens" and tokenizer is not None:
+        return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
+    return len(text)
+
+
+def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
+    """response_texts' character counts without building the strings: a fast path for plain dict rows.
+
+    Returns None (use response_texts) on anything unusual: a missing key, an object item, a text that
+    is not a string. Walking the dicts is memory-bound, so this path avoids method calls and copies.
+    """
+    reasoning = answer = 0
+    try:
+        for item in row["full_result"]["response"]["output"]:
+            kind = item["type"]
+            if kind == "reasoning":
+                for part in item["summary"]:
+                    text = part["text"]
+                    if text.__class__ is not str:
+                        return None
+                    reasoning += len(text)
+            elif kind == "message":
+                role = item.get("role")
+                if role is not None and role != "assistant":
+                    continue
+                content = item["content"]
+                if isinstance(content, list):
+                    for part in content:
+                        text = part["text"]
+                        if text.__class__ is not str:
+                            return None
+                        answer += len(text)
+                elif isinstance(content, str):
+                    answer += len(content)
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return reasoning, answer
+
+
+def read_rows(results: Sequence[Any]) -> tuple[list[dict], np.ndarray, list[str]]:
+    """Every row's `full_result`, reward and agent name (NeMo-RL reads all three from every row)."""
+    fulls, rewards, agents = [], [], []
+    for i, row in enumerate(results):
+        if not isinstance(row, Mapping):
+            raise BatchError(f"results[{i}]: expected a NeMo-Gym result dict, got {type(row).__name__}")
+        full = row.get("full_result")
+        if not isinstance(full, dict):
+            raise BatchError(f"results[{i}].full_result: expected a dict with 'reward', got {full!r}")
+        if "reward" not in full:
+            raise BatchError(f"results[{i}].full_result.reward: missing")
+        reward = full["reward"]
+        if not isinstance(reward, (int, float, np.integer, np.floating)):
+            raise BatchError(f"results[{i}].full_result.reward: expected a number, got {reward!r}")
+        ref = row.get("agent_ref")
+        if not isinstance(ref, Mapping) or "name" not in ref:
+            raise BatchError(f"results[{i}].agent_ref.name: missing (agent_ref={ref!r}); expected the agent's name")
+        fulls.append(full)
+        rewards.append(reward)
+        agents.append(ref["name"])
+    values = finite("full_result.reward", numeric("full_result.reward", rewards))
+    return fulls, values, agents
+
+
+def row_lengths(results, starts: range, group_size: int, per_group, tokenizer) -> tuple[np.ndarray, np.ndarray]:
+    """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups)."""
+    n = len(results)
+    counts: list[tuple[int, int] | None] = [(0, 0)] * n
+    for g, s in enumerate(starts):
+        params = per_group[g]
+        if not params["enabled"]:
+            continue
+        e = min(s + group_size, n)
+        if params["length_type"] == "tokens" and tokenizer is not None:
+            counts[s:e] = [None] * (e - s)
+        else:
+            counts[s:e] = map(_plain_char_lengths, results[s:e])
+        for i in range(s, e):
+            if counts[i] is None:  # tokens, or a row the fast path does not handle
+                r_text, a_text = response_texts(results[i], f"results[{i}]")
+                counts[i] = (length_of(r_text, params["length_type"], tokenizer),
+                             length_of(a_text, params["length_type"], tokenizer))
+    both = np.array(counts, dtype=np.float64).reshape(n, 2)
+    return both[:, 0].copy(), both[:, 1].copy()
+
+
+def _row_bands(row: Mapping, i: int) -> dict[str, tuple[float, float, float, float]]:
+    """A row's listed band channels as (a, b, f, 1); every listed channel must be a valid band.
+
+    NeMo-RL lets a listed channel shadow the global band even when it is malformed (and applies an
+    f outside [0, 1] as given); here a listed channel that is not a band is an error.
+    """
+    block = row.get("profile_band")
+    if block is None or (isinstance(block, dict) and not block):
+        return {}
+    if not isinstance(block, dict):
+        raise BatchError(f"results[{i}].profile_band: expected a mapping of channel -> {{a, b, f}}, got {block!r}")
+    return {ch: (*band(f"results[{i}].profile_band.{ch}", block[ch]), 1.0) for ch in CHANNELS if ch in block}
+
+
+def _profiled(row: Mapping, i: int) -> tuple[np.ndarray, np.ndarray]:
+    """A row's profiled rewards and lengths, zipped as NeMo-RL zips them (the shorter list decides)."""
+    pr, pl = row.get("profiled_rewards"), row.get("profiled_output_lengths")
+    if pr is None or pl is None:
+        return np.zeros(0), np.zeros(0)
+    rewards = finite(f"results[{i}].profiled_rewards", numeric(f"results[{i}].profiled_rewards", pr))
+    lengths = finite(f"results[{i}].profiled_output_lengths",
+                     numeric(f"results[{i}].profiled_output_lengths", pl), "lengths")
+    k = min(len(rewards), len(lengths))
+    return rewards[:k], lengths[:k]
+
+
+def group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, Any]:
+    """Per-group metadata from each group's first row: profile bands and profiled rollouts.
+
+    A band channel the row lists overrides the global band; an unlisted one falls back to it.
+    """
+    absent = (math.nan, math.nan, math.nan, 0.0)
+    band_rows: dict[str, list] = {ch: [] for ch in CHANNELS}
+    sizes = [0]
+    p_rewards, p_lengths = [], []
+    for s in starts:
+        listed = _row_bands(results[s], s)
+        for ch in CHANNELS:
+            band_rows[ch].append(listed.get(ch, absent))
+        pr, pl = _profiled(results[s], s)
+        p_rewards.append(pr)
+        p_lengths.append(pl)
+        sizes.append(len(pr))
+    G = len(starts)
+    return {
+        "profile_band": {ch: np.array(rows, dtype=np.float64).reshape(G, 4) for ch, rows in band_rows.items()},
+        "profiled": {"offsets": np.cumsum(sizes, dtype=np.int64),
+                     "reward": np.concatenate(p_rewards) if G else np.zeros(0),
+                     "length": np.concatenate(p_lengths) if G else np.zeros(0)},
+    }

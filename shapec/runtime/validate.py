@@ -1,0 +1,188 @@
+"""One validator per kind of input array, shared by the batch layer and the drop-ins.
+
+Each either returns a clean array or raises a BatchError that names the field, the first bad
+index and what was expected, so no kernel ever sees a NaN reward, a negative length, offsets
+that read past an array or a band that scales a reward up.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..compiler.ir import UNITS
+
+_F64 = np.dtype(np.float64)
+_INT64_MAX = np.iinfo(np.int64).max
+
+
+class BatchError(ValueError):
+    """Bad input data: names the field, the first bad index and what was expected."""
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def is_number(value: Any) -> bool:
+    """A real number, bool excluded (True is not a reward, a length or a band field)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def numeric(name: str, value: Any, length: int | None = None, what: str = "rollout") -> np.ndarray:
+    """A fresh 1-d float64 array (booleans become 0/1); anything else names the bad element."""
+    if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
+        return value.copy()  # the common case, without the checks below
+    if isinstance(value, (str, bytes, Mapping)) or value is None:
+        raise BatchError(f"{name}: expected a 1-d array of numbers, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):  # ragged nesting
+        raise BatchError(f"{name}: expected a 1-d array of numbers") from None
+    if arr.ndim != 1:
+        raise BatchError(f"{name}: expected a 1-d array, got shape {arr.shape}")
+    if arr.dtype.kind in "OUS":  # mixed or non-numeric elements: name the first bad one
+        arr = np.array([_element(name, i, v) for i, v in enumerate(arr.tolist())], dtype=np.float64)
+    elif arr.dtype.kind not in "biuf":
+        raise BatchError(f"{name}: expected numbers, got dtype {arr.dtype}")
+    if length is not None and len(arr) != length:
+        raise BatchError(f"{name}: expected {length} values (one per {what}), got {len(arr)}")
+    return arr.astype(np.float64, copy=True)
+
+
+def _element(name: str, i: int, v: Any) -> float:
+    if isinstance(v, (bool, np.bool_)):
+        return float(v)
+    if not isinstance(v, numbers.Real):
+        raise BatchError(f"{name}: index {i}: expected a number, got {v!r}")
+    try:
+        return float(v)
+    except OverflowError:
+        raise BatchError(f"{name}: index {i}: {v!r} is too large for a float") from None
+
+
+def finite(name: str, arr: np.ndarray, nonneg: str | None = None) -> np.ndarray:
+    """No NaN, no infinity, and (when `nonneg` names what the values are, e.g. tokens) no negative value."""
+    if len(arr) == 0:
+        return arr
+    total = arr.sum()
+    if math.isfinite(total) and (nonneg is None or arr.min() >= 0):  # one or two reductions when all is well
+        return arr
+    if np.isnan(arr).any():
+        raise BatchError(f"{name}: NaN at index {_first(np.isnan(arr))}; expected a number")
+    if np.isinf(arr).any():
+        raise BatchError(f"{name}: infinite at index {_first(np.isinf(arr))}; expected a finite number")
+    if nonneg is not None and (arr < 0).any():
+        what = "length" if nonneg in UNITS else "value"
+        raise BatchError(f"{name}: negative {what} at index {_first(arr < 0)}; {nonneg} must be >= 0")
+    return arr  # finite values whose sum overflowed
+
+
+def integers(name: str, value: Any) -> np.ndarray:
+    """A 1-d int64 array from integers only: floats (even 2.0), bools, strings and huge ints are errors."""
+    if isinstance(value, (str, bytes, Mapping)) or value is None:
+        raise BatchError(f"{name}: expected a 1-d array of integers, got {type(value).__name__}")
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise BatchError(f"{name}: expected a 1-d array of integers") from None
+    if arr.ndim != 1:
+        raise BatchError(f"{name}: expected a 1-d array of integers, got shape {arr.shape}")
+    if arr.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if arr.dtype == object or arr.dtype.kind == "u":
+        for i, v in enumerate(arr.tolist()):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not -_INT64_MAX <= v <= _INT64_MAX:
+                raise BatchError(f"{name}: index {i}: expected an integer, got {v!r}")
+        return np.array(arr.tolist(), dtype=np.int64)
+    if arr.dtype.kind != "i":
+        raise BatchError(f"{name}: expected integers, got dtype {arr.dtype}")
+    return arr.astype(np.int64, copy=True)
+
+
+def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards") -> np.ndarray:
+    """Group boundaries: start at 0, never go back, end at the number of values they slice."""
+    if len(off) < 1:
+        raise BatchError(f"{name}: expected at least one offset (0), got an empty array")
+    if off[0] != 0 or off[-1] != total:
+        raise BatchError(f"{name}: must start at 0 and end at {total} (the number of {what}), "
+                         f"got {off[0]}..{off[-1]}")
+    back = np.diff(off) < 0
+    if back.any():
+        i = _first(back) + 1
+        raise BatchError(f"{name}: must be non-decreasing; index {i} goes back ({off[i - 1]} -> {off[i]})")
+    return off
+
+
+def group_size_offsets(n: int, group_size: Any, allow_short_last_group: bool = False) -> np.ndarray:
+    """Offsets of contiguous groups of `group_size` rows; a short last group only when asked for."""
+    if isinstance(group_size, (bool, np.bool_)) or not isinstance(group_size, (int, np.integer)) or group_size <= 0:
+        raise BatchError(f"group_size: expected a positive integer, got {group_size!r}")
+    size = int(group_size)
+    if n % size and not allow_short_last_group:
+        raise BatchError(f"group_size: {n} rewards do not split into groups of {size} "
+                         f"(the last group would have {n % size}); pass allow_short_last_group=True to accept it")
+    if size >= n:
+        return np.array([0, n] if n else [0], dtype=np.int64)
+    return np.append(np.arange(0, n, size, dtype=np.int64), np.int64(n))
+
+
+def band(where: str, block: Any) -> tuple[float, float, float]:
+    """A band {a, b, f} (or an (a, b, f) triple, as params take): finite a < b and 0 <= f <= 1."""
+    if isinstance(block, (list, tuple)) and len(block) == 3:
+        block = dict(zip("abf", block))
+    if not isinstance(block, Mapping):
+        raise BatchError(f"{where}: expected a band {{a, b, f}}, got {block!r}")
+    unknown = sorted(str(k) for k in block if k not in ("a", "b", "f"))
+    if unknown:
+        raise BatchError(f"{where}: unknown band field(s) {unknown}; a band has a, b and f")
+    values = []
+    for key in "abf":
+        if key not in block:
+            raise BatchError(f"{where}: band is missing {key!r}; expected {{a, b, f}}")
+        v = block[key]
+        try:
+            ok = is_number(v) and math.isfinite(float(v))
+        except OverflowError:
+            ok = False
+        if not ok:
+            raise BatchError(f"{where}.{key}: expected a finite number, got {v!r}")
+        values.append(float(v))
+    return check_band(where, *values)
+
+
+def check_band(where: str, a: float, b: float, f: float) -> tuple[float, float, float]:
+    if not all(math.isfinite(x) for x in (a, b, f)):
+        raise BatchError(f"{where}: band fields must be finite numbers, got a={a!r}, b={b!r}, f={f!r}")
+    if not b > a:
+        raise BatchError(f"{where}: band needs b > a, got a={a:g}, b={b:g}")
+    if not 0 <= f <= 1:
+        raise BatchError(f"{where}: band needs 0 <= f <= 1, got f={f:g}")
+    return a, b, f
+
+
+def band_table(name: str, value: np.ndarray, G: int) -> np.ndarray:
+    """A numeric (G, 3) or (G, 4) band array -> (G, 4) rows (a, b, f, present), every present row checked.
+
+    In the (G, 3) form a row of three NaNs is absent; in the (G, 4) form the fourth column is 0 or 1.
+    """
+    if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
+        raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
+    value = value.astype(np.float64)
+    out = np.empty((G, 4))
+    out[:, :3] = value[:, :3]
+    if value.shape[1] == 4:
+        flags = value[:, 3]
+        bad = (flags != 0) & (flags != 1)
+        if bad.any():
+            raise BatchError(f"{name}: group {_first(bad)}: the present column must be 0 or 1, got {flags[_first(bad)]}")
+        out[:, 3] = flags
+    else:
+        out[:, 3] = (~np.isnan(value).all(axis=1)).astype(np.float64)
+    for g in np.flatnonzero(out[:, 3] == 1).tolist():
+        check_band(f"{name}: group {g}", *out[g, :3].tolist())
+    out[out[:, 3] == 0, :3] = math.nan
+    return out
