@@ -1,0 +1,153 @@
+"""Group by prompt, shape, write back: the one mechanism every trainer adapter uses.
+
+A trainer hands over flat per-rollout values and a group key per rollout (a uid, a prompt index,
+a group number). `shape_by_group` orders the rollouts group by group (stable, groups in order of
+first appearance), fills the spec's inputs, calls the compiled shaper once on whole groups and
+returns the shaped rewards in the trainer's own order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Hashable, Mapping, Sequence
+
+import numpy as np
+
+from ..api import CompiledModule, compile_file, load
+from ..runtime.shaper import CompiledShaper, Result
+
+
+def require(module: str, extra: str):
+    """Import a trainer module inside an adapter, or say which extra brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(f"this adapter needs {module!r}, which is not installed ({err}); "
+                          f"install it with: pip install 'shapec[{extra}]'") from err
+
+
+def resolve_shaper(spec: Any, shaper: str | None = None, backend: str | None = None) -> CompiledShaper:
+    """A compiled shaper from a CompiledShaper, a CompiledModule, a .shape path or a stdlib name.
+
+    `shaper` names the shaper or pipeline in the module; it may be left out when there is one.
+    """
+    if isinstance(spec, CompiledShaper):
+        if shaper is not None and shaper != spec.name:
+            raise ValueError(f"shaper={shaper!r} given with the compiled shaper {spec.name!r}")
+        return spec
+    if isinstance(spec, CompiledModule):
+        module = spec
+    elif isinstance(spec, (str, Path)):
+        path = Path(spec)
+        module = compile_file(path, backend) if path.suffix == ".shape" or path.is_file() else load(str(spec), backend)
+    else:
+        raise TypeError(f"spec: expected a .shape path, a stdlib module name, a CompiledModule or a "
+                        f"CompiledShaper, got {type(spec).__name__}")
+    if shaper is None:
+        names = module.names()
+        if len(names) != 1:
+            raise ValueError(f"{module.filename} defines {', '.join(names)}: pass shaper= to choose one")
+        shaper = names[0]
+    return module[shaper]
+
+
+def spec_inputs(shaper: CompiledShaper) -> dict[str, str]:
+    """Every per-rollout input of the shaper's stages: name -> type."""
+    return {name: typ for stage, _ in shaper.stages for name, typ in stage.inputs}
+
+
+def spec_metas(shaper: CompiledShaper) -> list[str]:
+    return list(dict.fromkeys(meta.name for stage, _ in shaper.stages for meta in stage.metas))
+
+
+def group_order(keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
+    """The permutation that puts each group's rollouts together (stable), and the group offsets."""
+    members: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        members.setdefault(key, []).append(i)
+    order = np.fromiter((i for rows in members.values() for i in rows), dtype=np.int64, count=len(keys))
+    offsets = np.zeros(len(members) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(rows) for rows in members.values()])
+    return order, offsets
+
+
+LENGTH_UNITS = ("tokens", "chars")
+
+
+def _length_input(inputs: Mapping[str, str], columns: Mapping, unit: str, where: str) -> str | None:
+    """The input the trainer's lengths fill: the one length input (tokens or chars) without a column,
+    or among several, the one in the trainer's unit."""
+    open_ = [name for name, typ in inputs.items() if typ in LENGTH_UNITS and name not in columns]
+    same = [name for name in open_ if inputs[name] == unit]
+    if len(open_) <= 1:
+        return open_[0] if open_ else None
+    if len(same) == 1:
+        return same[0]
+    raise ValueError(f"{where}: the spec has several length inputs without a column ({', '.join(open_)}); "
+                     f"the trainer's {unit} lengths fill only one: give the others as columns of the same name")
+
+
+def fill_inputs(shaper: CompiledShaper, columns: Mapping[str, Sequence], lengths: np.ndarray, unit: str,
+                rewards: np.ndarray, where: str) -> dict[str, np.ndarray]:
+    """Each spec input from, in turn: a column of the same name; the trainer's lengths (see
+    `_length_input`); base correctness (reward == 1) for `correct: bool`."""
+    inputs = spec_inputs(shaper)
+    length_name = _length_input(inputs, columns, unit, where)
+    out: dict[str, np.ndarray] = {}
+    for name, typ in inputs.items():
+        if name in columns:
+            out[name] = np.asarray(columns[name], dtype=np.float64)
+        elif name == length_name:
+            out[name] = lengths
+        elif name == "correct" and typ == "bool":
+            out[name] = (rewards == 1).astype(np.float64)
+        else:
+            close = difflib.get_close_matches(name, list(columns), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            known = ", ".join(sorted(columns)) or "none"
+            raise ValueError(f"{where}: the spec's input {name!r} ({typ}) has no source: give a column named "
+                             f"{name!r}{hint}; columns: {known}")
+    return out
+
+
+@dataclass
+class Shaped:
+    """Shaped rewards in the trainer's order, and the shaper's result in group order."""
+
+    rewards: np.ndarray
+    result: Result
+    order: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        return self.result.metrics
+
+
+def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Sequence[Hashable], *,
+                   lengths: Sequence[float], unit: str = "tokens", columns: Mapping[str, Sequence] | None = None,
+                   params: Mapping[str, Any] | None = None, where: str = "shapec") -> Shaped:
+    """Shape whole groups: rollouts with equal keys form one group, wherever they sit in the batch.
+
+    Metadata the spec declares comes from a column of the same name, the group's first rollout's value.
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    n = len(rewards)
+    columns = dict(columns or {})
+    for name, values in columns.items():
+        if len(values) != n:
+            raise ValueError(f"{where}: column {name!r} has {len(values)} values for {n} rollouts")
+    if len(keys) != n or len(lengths) != n:
+        raise ValueError(f"{where}: {len(keys)} group keys and {len(lengths)} lengths for {n} rewards")
+    order, offsets = group_order(keys)
+    channels = fill_inputs(shaper, columns, np.asarray(lengths, dtype=np.float64), unit, rewards, where)
+    firsts = order[offsets[:-1]]
+    metadata = {name: [columns[name][i] for i in firsts] for name in spec_metas(shaper) if name in columns}
+    result = shaper(rewards[order], offsets=offsets, channels={k: v[order] for k, v in channels.items()},
+                    metadata=metadata, params=params)
+    out = np.empty(n, dtype=np.float64)
+    out[order] = result.rewards
+    return Shaped(out, result, order, offsets)

@@ -1,0 +1,70 @@
+"""OpenRLHF: a drop-in for `apply_length_penalties(experiences, args)` that shapes whole prompt groups.
+
+    from shapec.compat.openrlhf import length_penalty_hook
+    import openrlhf.trainer.ppo_utils.experience_maker as em
+    em.apply_length_penalties = length_penalty_hook("kimi", shaper="kimi_length")
+
+OpenRLHF calls `reward_func` with one sample at a time, so it cannot shape by group. Its experience
+maker calls `apply_length_penalties` on the whole rollout batch just before it reshapes the rewards
+into `n_samples_per_prompt` groups; this hook runs there. Each sample's prompt number is
+`index // n_samples_per_prompt` (the grouping OpenRLHF's normalisation then uses), its length is
+`response_length` and its correctness its reward; other spec inputs come from `experience.info`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable, Mapping
+
+from ._groups import require, resolve_shaper, shape_by_group
+
+WHERE = "shapec.compat.openrlhf"
+BUILTIN = ("overlong_buffer_len", "stop_properly_penalty_coef")
+
+
+def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping | None = None,
+                        backend: str | None = None) -> Callable:
+    """`apply_length_penalties(experiences, args)`: shapes the rewards in place, syncs
+    `info["reward"]` and writes each shaper metric to `info["shapec/<metric>"]` (OpenRLHF logs the
+    mean of every info entry)."""
+    compiled = resolve_shaper(spec, shaper, backend)
+
+    def apply_length_penalties(experiences: list, args) -> None:
+        torch = require("torch", "openrlhf")
+        for key in BUILTIN:
+            if getattr(args.reward, key, None) is not None:
+                raise ValueError(f"{WHERE}: reward.{key} is set, but this hook replaces OpenRLHF's built-in length "
+                                 f"penalties: unset it and write the penalty in the spec (stdlib dapo.overlong)")
+        if not experiences:
+            return
+        per_prompt = args.rollout.n_samples_per_prompt
+        index = list(itertools.chain.from_iterable(exp.index for exp in experiences))
+        rewards = torch.cat([exp.rewards for exp in experiences]).double().cpu().numpy()
+        lengths = torch.cat([exp.response_length for exp in experiences]).double().cpu().numpy()
+        columns = _info_columns(experiences, torch)
+        shaped = shape_by_group(compiled, rewards, [i // per_prompt for i in index], lengths=lengths,
+                                columns=columns, params=params, where=WHERE)
+        start = 0
+        for exp in experiences:
+            size = len(exp.rewards)
+            part = shaped.rewards[start:start + size]
+            exp.rewards = torch.as_tensor(part, dtype=exp.rewards.dtype, device=exp.rewards.device)
+            if "reward" in exp.info:
+                exp.info["reward"] = exp.rewards.clone()
+            for metric, value in shaped.metrics.items():
+                exp.info[f"shapec/{metric}"] = torch.full((size,), float(value))
+            start += size
+
+    return apply_length_penalties
+
+
+def _info_columns(experiences: list, torch) -> dict[str, list]:
+    """Per-sample `info` entries present in every experience, concatenated in batch order."""
+    keys = set.intersection(*(set(exp.info) for exp in experiences))
+    columns = {}
+    for key in sorted(keys):
+        parts = [exp.info[key] for exp in experiences]
+        if all(isinstance(p, torch.Tensor) and p.dim() == 1 and len(p) == len(e.rewards)
+               for p, e in zip(parts, experiences)):
+            columns[key] = torch.cat(parts).double().cpu().tolist()
+    return columns

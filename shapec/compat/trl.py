@@ -1,0 +1,126 @@
+"""TRL: a `GRPOTrainer` reward function that shapes whole prompt groups with a compiled spec.
+
+    from shapec.compat.trl import reward_func
+    shaped = reward_func("kimi", accuracy, shaper="kimi_length", num_generations=8)
+    GRPOTrainer(model, reward_funcs=[shaped], args=GRPOConfig(num_generations=8, ...), ...)
+
+TRL calls a reward function on one process's slice of the generation batch, and with several
+processes a prompt's `num_generations` completions can be split across ranks. The function gathers
+the whole batch with accelerate's `gather_object`, shapes it (groups are `num_generations`
+consecutive completions, as TRL lays them out), and returns this rank's slice. See docs/trainers.md.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ._groups import require, resolve_shaper, shape_by_group
+
+WHERE = "shapec.compat.trl"
+LENGTHS = {"tokens": "tokens", "chars": "chars"}
+
+
+def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, params: Mapping | None = None,
+                num_generations: int, length: str = "tokens", name: str | None = None, delta: bool = False,
+                backend: str | None = None) -> Callable:
+    """A reward function returning the shaped reward (or, with `delta=True`, shaped - base).
+
+    `base` is a TRL reward function giving the binary correctness, or the name of a dataset column
+    holding it. Lengths are `len(completion_ids[i])`, or characters of the completion text with
+    `length="chars"`; other spec inputs come from dataset columns of the same name. Each shaper metric
+    is logged through TRL's `log_metric` as `shapec/<metric>`.
+    """
+    compiled = resolve_shaper(spec, shaper, backend)
+    if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral) or num_generations < 1:
+        raise ValueError(f"num_generations must be a positive integer, got {num_generations!r}")
+    if length not in LENGTHS:
+        close = difflib.get_close_matches(str(length), list(LENGTHS), n=1)
+        raise ValueError(f"length={length!r}; expected one of {', '.join(LENGTHS)}"
+                         + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if not callable(base) and not isinstance(base, str):
+        raise TypeError(f"base: expected a reward function or a column name, got {type(base).__name__}")
+    size = int(num_generations)
+
+    def shapec_reward(prompts, completions, completion_ids=None, **kwargs):
+        ops = require("accelerate.utils", "trl")
+        state = require("accelerate", "trl").PartialState()
+        n = len(completions)
+        rows = _local_rows(base, prompts, completions, completion_ids, kwargs, length, n)
+        counts = ops.gather_object([n])
+        everything = ops.gather_object(rows)
+        start = sum(counts[: state.process_index])
+        total = len(everything)
+        if total % size:
+            raise ValueError(f"{WHERE}: the generation batch has {total} completions, not a multiple of "
+                             f"num_generations={size}; pass the trainer's num_generations")
+        keys = [i // size for i in range(total)]
+        _check_groups(everything, size)
+        columns = {key: [row["columns"][key] for row in everything] for key in everything[0]["columns"]}
+        base_all = np.array([row["base"] for row in everything], dtype=np.float64)
+        shaped = shape_by_group(compiled, base_all, keys, lengths=[row["length"] for row in everything],
+                                unit=LENGTHS[length], columns=columns, params=params, where=WHERE)
+        log = kwargs.get("log_metric")
+        if log is not None:
+            for metric, value in shaped.metrics.items():
+                log(f"shapec/{metric}", float(value))
+        out = shaped.rewards - base_all if delta else shaped.rewards
+        return out[start:start + n].tolist()
+
+    shapec_reward.__name__ = name or f"shapec_{compiled.name}{'_delta' if delta else ''}"
+    shapec_reward.__qualname__ = shapec_reward.__name__
+    return shapec_reward
+
+
+def _local_rows(base, prompts, completions, completion_ids, kwargs, length, n) -> list[dict]:
+    """This rank's completions as picklable rows: base reward, length, prompt and per-row columns."""
+    if callable(base):
+        values = base(prompts=prompts, completions=completions, completion_ids=completion_ids, **kwargs)
+    elif base in kwargs:
+        values = kwargs[base]
+    else:
+        close = difflib.get_close_matches(base, list(kwargs), n=1)
+        raise KeyError(f"{WHERE}: base column {base!r} is not in the dataset"
+                       + (f" (did you mean {close[0]!r}?)" if close else ""))
+    values = list(values)
+    if len(values) != n:
+        raise ValueError(f"{WHERE}: base gave {len(values)} rewards for {n} completions")
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ValueError(f"{WHERE}: base reward of completion {i} is {v!r}; expected a finite number")
+    columns = {k: v for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
+    if length == "tokens":
+        if completion_ids is None:
+            raise ValueError(f"{WHERE}: length='tokens' needs completion_ids; pass length='chars' to count characters")
+        lengths = [len(ids) for ids in completion_ids]
+    else:
+        lengths = [_chars(c, i) for i, c in enumerate(completions)]
+    return [{"base": float(values[i]), "length": lengths[i], "prompt": _text(prompts[i]),
+             "columns": {k: v[i] for k, v in columns.items()}} for i in range(n)]
+
+
+def _text(prompt: Any) -> str:
+    return prompt if isinstance(prompt, str) else repr(prompt)
+
+
+def _chars(completion: Any, i: int) -> int:
+    """Characters of a completion: plain text, or the contents of conversational messages."""
+    if isinstance(completion, str):
+        return len(completion)
+    if isinstance(completion, list) and all(isinstance(m, dict) and isinstance(m.get("content"), str)
+                                            for m in completion):
+        return sum(len(m["content"]) for m in completion)
+    raise ValueError(f"{WHERE}: completion {i} is neither text nor a list of messages with text content")
+
+
+def _check_groups(rows: list[dict], size: int) -> None:
+    """Consecutive `size` completions must share their prompt, or the grouping is not TRL's."""
+    for start in range(0, len(rows), size):
+        prompts = {row["prompt"] for row in rows[start:start + size]}
+        if len(prompts) > 1:
+            raise ValueError(f"{WHERE}: completions {start}-{start + size - 1} (group {start // size}) come from "
+                             f"{len(prompts)} different prompts; num_generations={size} does not match the trainer's")
