@@ -60,3 +60,30 @@ def test_usage_and_unreadable_exit_2(tmp_path):
     binary.write_bytes(b"\xff\xfe\x00shaper")
     proc = cli("check", binary)
     assert proc.returncode == 2 and "cannot read" in proc.stderr
+
+
+ISSUE_18 = {  # file: (statement, code, column of the caret)
+    "sum486.shape": ("term t = " + " + ".join(["1"] * 486), "E104", 12),
+    "neg1000.shape": ("term t = " + "-" * 1000 + "1", "E104", 12 + 1000 - 256),
+    "not1000.shape": ("term t = (" + "not " * 1000 + "true) ? 1 : 0", "E104", 13 + 4 * (1000 - 256)),
+    "cond1000.shape": ("term t = " + "true ? " * 1000 + "1" + " : 0" * 1000, "E104", 12 + 7 * (1000 - 256)),
+    "int400.shape": ("term t = " + "1" * 400, "E107", 12),
+    "int5001.shape": ("term t = " + "1" * 5001, "E107", 12),
+    "nul.shape": ('metric "a\0b" = 1', "E106", 12),
+    "cr.shape": ('metric "a\rb" = 1', "E102", 10),  # a file's lone CR is a line break: the string is unterminated
+    "cr_escape.shape": ('metric "a\\rb" = 1', None, None),
+}
+
+
+def test_issue_inputs_give_coded_diagnostics_not_tracebacks(tmp_path):
+    for name, (stmt, _, _) in ISSUE_18.items():
+        (tmp_path / name).write_text(f"shaper s() {{\n  {stmt}\n}}\n", newline="")
+    text = cli("check", tmp_path)
+    assert text.returncode == 1 and "Traceback" not in text.stderr
+    proc = cli("check", "--format", "json", tmp_path)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    found = {Path(d["path"]).name: (d["code"], d["line"], d["column"]) for d in json.loads(proc.stdout)}
+    assert found == {name: (code, 2, col) for name, (_, code, col) in ISSUE_18.items() if code}
+    for name, (_, code, _) in ISSUE_18.items():
+        assert (f"{name}:2:" in text.stderr and f"error[{code}]" in text.stderr) == (code is not None)
+    assert "unterminated string: a string ends on the line it starts (write a line break as \\n)" in text.stderr

@@ -16,6 +16,9 @@ TOKENS = [
     "requires", "produces", "binary", "real", "(", ")", "{", "}", "[", "]", ",", ":", "=", "==", ">=", "<",
     "+", "-", "*", "/", "**", "??", "?", ">>", ".", "x", "reward", "length", "tokens", "seconds", "band",
     "enum", "list", "count", "mean", "argmin", "1", "0.5", "1e-6", '"a"', "true", "\n", " ", "#c\n",
+    # what broke it once (issue #11, item 18): raw NUL and CR, escapes, long numbers, deep nesting
+    "\0", "\r", '"a\0b"', '"a\rb"', '"a\\nb"', '"\\x"', '"\\N{DASH}"', '"\\u00e9"', '"\\', "1" * 400,
+    "9" * 5001, "1e999", "-" * 300, "not " * 300, "abs(" * 300, "true ? " * 300, " + 1" * 300,
 ]
 
 
@@ -67,3 +70,17 @@ def test_swapped_words_reach_the_checker(index, data):
         text = text[:i] + data.draw(st.sampled_from(WORDS)) + text[j:]
         spans = [m.span() for m in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*|\d+\.?\d*", text)]
     assert_only_coded(text)
+
+
+NESTINGS = ["-{}", "not {}", "({})", "abs({})", "true ? {} : 0", "1 + {}", "{} + 1", "{} ?? 1", "2 ** {}",
+            "count({} where true)", "{{{}, 1, 0.5}}", "f({})", "{}.a"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(NESTINGS), min_size=200, max_size=700), st.sampled_from(["1", "length", '"s"']))
+def test_deep_mixed_nesting(layers, leaf):
+    """Any mix of nested forms, up to past MAX_EXPR_DEPTH: a diagnostic or a pass, never a traceback."""
+    expr = leaf
+    for layer in layers:
+        expr = layer.format(expr)
+    assert_only_coded(f"fn f(x) = x + 1\nshaper s() {{\n  input length: tokens\n  term t = {expr}\n}}\n")

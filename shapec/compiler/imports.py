@@ -6,6 +6,7 @@ spec being checked (for a spec given as a string, the current directory; for std
 modules, shapec/stdlib). Absolute paths, `..` or symlinks that leave the tree, NUL
 characters and targets that are not `.shape` files are refused with a coded diagnostic
 (E210, E211, E205), and no diagnostic ever quotes a file that is not a spec being checked.
+A spec reached through a symlink (inside the tree) imports relative to the symlink's folder.
 """
 
 from __future__ import annotations

@@ -49,12 +49,17 @@ def _stack_depth() -> int:
 
 
 def too_deep_at(err: RecursionError, fallback: Span) -> Diagnostic:
+    """E104 at the statement being checked when the stack ran out (the outermost frame holding
+    one), else at the outermost expression or param, else at fallback."""
     from . import ast as A
 
-    skip = (A.Module, A.Shaper, A.Pipeline, A.Import, A.Comment)
-    nodes = tuple(t for t in vars(A).values() if isinstance(t, type) and t.__module__ == A.__name__ and t not in skip)
-    for frame, _ in traceback.walk_tb(err.__traceback__):
-        for value in frame.f_locals.values():
-            if isinstance(value, nodes) and value.span.source is not None:
-                return too_deep(value.span)
+    stmts = (A.Input, A.Meta, A.Channel, A.Let, A.Gate, A.GateRules, A.Skip, A.Term, A.Factor, A.Clamp, A.State,
+             A.Metric, A.Result, A.FnDef)
+    others = (A.Param, A.Number, A.String, A.Bool, A.Name, A.GetAttr, A.Call, A.Unary, A.Binary, A.Cond, A.BandLit)
+    frames = [frame.f_locals for frame, _ in traceback.walk_tb(err.__traceback__)]
+    for kinds in (stmts, others):
+        for values in frames:
+            for value in values.values():
+                if isinstance(value, kinds) and value.span.source is not None:
+                    return too_deep(value.span)
     return too_deep(fallback)

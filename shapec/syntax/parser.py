@@ -104,7 +104,10 @@ def _syntax_error(src: Source, err: UnexpectedInput) -> Diagnostic:
         )
     if isinstance(err, UnexpectedCharacters):
         ch = src.text[err.pos_in_stream] if err.pos_in_stream < len(src.text) else ""
-        return Diagnostic("E102", f"unexpected character {ch!r}", Span(src, err.pos_in_stream, err.pos_in_stream + 1))
+        message = f"unexpected character {ch!r}"
+        if ch == '"':
+            message = "unterminated string: a string ends on the line it starts (write a line break as \\n)"
+        return Diagnostic("E102", message, Span(src, err.pos_in_stream, err.pos_in_stream + 1))
     return Diagnostic("E101", str(err).splitlines()[0], Span(src, 0, 1))
 
 
