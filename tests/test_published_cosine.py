@@ -1,0 +1,80 @@
+"""stdlib cosine: open-r1's cosine test numbers, the authors' exceed margin, thresholds, and the formula."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+import shapec
+
+OPEN_R1 = {"max_length": 100, "correct_short": 1.0, "correct_long": 0.5, "wrong_short": -1.0, "wrong_long": -0.5}
+
+
+@pytest.fixture(scope="module", params=["interpreter", "numba"])
+def cosine(request):
+    return shapec.load("cosine", backend=request.param).cosine_length
+
+
+def paper(correct, length, max_length, cs, cl, ws, wl, exceed=None, margin=0):
+    """Yeo et al. section 4.2 (with the authors' exceed rule), transcribed."""
+    if exceed is not None and length + margin >= max_length:
+        return exceed
+    at_zero, at_max = (cs, cl) if correct else (ws, wl)
+    return at_max + 0.5 * (at_zero - at_max) * (1 + math.cos(length / max_length * math.pi))
+
+
+def run(fn, rewards, lengths, **params):
+    return fn(rewards, group_size=len(rewards), channels={"length": lengths}, params=params).rewards.tolist()
+
+
+def test_open_r1_test_cosine_scaled_reward(cosine):
+    # open-r1 pads r"\boxed{\frac{63}{400}}" (22 characters) to 20 and 80: the short one stays at 22
+    got = run(cosine, [1, 1, 0, 0], [22, 80, 22, 80], exceed=None, **OPEN_R1)
+    assert [round(x, 3) for x in got] == [0.943, 0.548, -0.943, -0.548]
+    for g, want in zip(got, [0.943, 0.547, -0.942, -0.547]):
+        assert round(g - want, 2) == 0  # open-r1's assertAlmostEqual(places=2)
+
+
+def test_without_exceed_the_cosine_continues_past_max_length(cosine):
+    got = run(cosine, [1, 0], [100, 150], exceed=None, **OPEN_R1)
+    assert got == pytest.approx([0.5, -1.0 + 0.5 * 0.5 * (1 + math.cos(1.5 * math.pi))], abs=1e-12)
+
+
+def test_exceed_at_max_length_and_beyond(cosine):
+    got = run(cosine, [1, 1, 0, 1], [99, 100, 100, 1000], max_length=100, exceed=-10)
+    assert got[1:] == [-10.0, -10.0, -10.0]
+    assert got[0] == pytest.approx(1 + 0.5 * (1 + math.cos(0.99 * math.pi)), abs=1e-12)
+
+
+def test_the_authors_margin_of_16(cosine):
+    got = run(cosine, [1, 1, 0], [83, 84, 84], max_length=100, exceed=-10, exceed_margin=16)
+    assert got[1:] == [-10.0, -10.0]
+    assert got[0] == pytest.approx(1 + 0.5 * (1 + math.cos(0.83 * math.pi)), abs=1e-12)
+
+
+def test_paper_values_at_zero_and_at_max(cosine):
+    got = run(cosine, [1, 0, 1, 0], [0, 0, 50, 50], max_length=100, exceed=-10)
+    assert got == pytest.approx([2.0, -10.0, 1.5, -5.0], abs=1e-12)
+
+
+def test_the_optional_exceed_is_declared_with_the_papers_default():
+    spec = {p.name: p for p in shapec.load("cosine", backend="interpreter").ir("cosine_length").params}
+    assert spec["exceed"].optional and spec["exceed"].default == -10.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_matches_the_paper_formula(cosine, seed):
+    rng = random.Random(seed)
+    max_length = rng.randint(1, 300)
+    vals = [rng.choice([-10.0, -1.0, 0.0, 0.5, 1.0, 2.0]) for _ in range(4)]
+    exceed = rng.choice([None, -10.0, 0.0])
+    margin = rng.choice([0, 16])
+    rewards = [float(rng.randint(0, 1)) for _ in range(30)]
+    lengths = [float(rng.randint(0, 400)) for _ in range(30)]
+    got = run(cosine, rewards, lengths, max_length=max_length, correct_short=vals[0], correct_long=vals[1],
+              wrong_short=vals[2], wrong_long=vals[3], exceed=exceed, exceed_margin=margin)
+    want = [paper(r > 0, x, max_length, *vals, exceed, margin) for r, x in zip(rewards, lengths)]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
