@@ -1,0 +1,86 @@
+"""TRL: a real GRPOTrainer trains 2 steps on CPU with the adapter as its reward function.
+
+The model is a 1-layer Llama built from a config, the tokenizer a character-level one built with
+`tokenizers`: nothing is downloaded.
+"""
+
+import numpy as np
+import pytest
+
+import shapec
+from shapec.compat.trl import reward_func
+from shapec.runtime.shaper import CompiledShaper
+
+from .require import need
+
+G = 4
+CHARS = list("abcdefgh ")
+
+
+def _tokenizer():
+    tokenizers = need("tokenizers", "trl")
+    transformers = need("transformers", "trl")
+    vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2, **{c: i + 3 for i, c in enumerate(CHARS)}}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
+    tok.decoder = tokenizers.decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
+                                                unk_token="<unk>")
+
+
+def _model(vocab_size):
+    transformers = need("transformers", "trl")
+    transformers.set_seed(0)
+    config = transformers.LlamaConfig(vocab_size=vocab_size, hidden_size=16, intermediate_size=32,
+                                      num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
+                                      max_position_embeddings=64, pad_token_id=0, eos_token_id=1, bos_token_id=1)
+    return transformers.LlamaForCausalLM(config)
+
+
+def correct(prompts, completions, **kwargs):
+    """Binary correctness: the completion contains the prompt's target letter."""
+    return [1.0 if target in c else 0.0 for c, target in zip(completions, kwargs["target"])]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_grpo_trainer_two_steps(backend, tmp_path, monkeypatch):
+    trl = need("trl", "trl")
+    datasets = need("datasets", "trl")
+    calls, seen = [], []
+    real_call = CompiledShaper.__call__
+
+    def spy(self, rewards, **kw):  # records what the shaper is handed, then runs it
+        calls.append((np.array(rewards), np.array(kw["offsets"]), {k: np.array(v) for k, v in kw["channels"].items()}))
+        return real_call(self, rewards, **kw)
+
+    def base(prompts, completions, completion_ids, **kwargs):
+        seen.append((list(prompts), [len(ids) for ids in completion_ids]))
+        return correct(prompts, completions, **kwargs)
+
+    monkeypatch.setattr(CompiledShaper, "__call__", spy)
+    spec = shapec.load("miles", backend=backend)
+    shaped = reward_func(spec, base, shaper="length_penalty", params={"coeff": 1.0}, num_generations=G,
+                         name="shaped")
+    prompts = ["ab", "cd", "ef", "gh"]
+    data = datasets.Dataset.from_dict({"prompt": prompts, "target": ["a", "c", "e", "g"]})
+    args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2 * G, num_generations=G,
+                          max_completion_length=8, max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
+                          save_strategy="no", seed=0, temperature=1.0, bf16=False, fp16=False)
+    tokenizer = _tokenizer()
+    trainer = trl.GRPOTrainer(model=_model(len(tokenizer)), reward_funcs=[shaped], args=args, train_dataset=data,
+                              processing_class=tokenizer)
+    trainer.train()
+    monkeypatch.undo()
+
+    assert len(calls) == 2 and len(seen) == 2  # one shaper call per generation batch, on the whole batch
+    logged = [entry for entry in trainer.state.log_history if "rewards/shaped/mean" in entry]
+    assert len(logged) == 2
+    independent = shapec.load("miles", backend=backend).length_penalty
+    for (rewards, offsets, channels), (batch_prompts, lengths), entry in zip(calls, seen, logged):
+        assert offsets.tolist() == list(range(0, 2 * G + 1, G))  # whole groups of num_generations
+        for start in range(0, 2 * G, G):
+            assert len(set(batch_prompts[start:start + G])) == 1  # each group is one prompt's completions
+        assert channels["loss_tokens"].tolist() == lengths
+        expected = independent(rewards, group_size=G, channels={"loss_tokens": lengths}, params={"coeff": 1.0})
+        assert entry["rewards/shaped/mean"] == pytest.approx(float(np.mean(expected.rewards)), rel=1e-6, abs=1e-7)
+        assert entry["shapec/penalized_frac"] == pytest.approx(expected.metrics["penalized_frac"], abs=1e-7)
