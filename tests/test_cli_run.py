@@ -91,9 +91,9 @@ def _expected_rewards(rows: list[dict], params: dict) -> np.ndarray:
     return out.rewards
 
 
-@pytest.mark.parametrize("chunk_rows", [1, 3, 7, 12, 1000])
+@pytest.mark.parametrize("chunk_rows", [8, 9, 12, 20, 1000])
 def test_chunks_never_split_a_group(tmp_path, chunk_rows):
-    # Groups of 8; chunk boundaries at 3, 7 or 12 rows would fall inside groups. The longest-total
+    # Groups of 8; chunk boundaries at 9, 12 or 20 rows would fall inside groups. The longest-total
     # penalty is per group: a group cut in two would have two "longest" rollouts penalised.
     rows = read_rows(EXAMPLES / "rollouts.jsonl")
     out = tmp_path / "out.jsonl"
@@ -105,7 +105,7 @@ def test_chunks_never_split_a_group(tmp_path, chunk_rows):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-12)
     # six groups of eight: a chunk holds whole groups, at least ceil(chunk_rows / 8) of them
     chunks = int(re.search(r"\((\d+) chunks?\)", proc.stdout).group(1))
-    assert chunks == (6 if chunk_rows <= 8 else math.ceil(48 / (8 * math.ceil(chunk_rows / 8))))
+    assert chunks == math.ceil(48 / (8 * math.ceil(chunk_rows / 8)))
     penalised = [r for r in read_rows(out) if r["term.longest_total"] != 0]
     assert len(penalised) == len({r["prompt_id"] for r in penalised})  # one longest per group
 
@@ -142,8 +142,8 @@ def _bad_rows_data(tmp_path: Path) -> Path:
     good_b = _group("good-b", [1, 1, 1], [40, 20, 60])
     lines = [json.dumps(r) for r in good_a + missing + wrong_type + negative]
     nan_row = _group("nan", [1, 1], [10, 12])
-    lines += [json.dumps(nan_row[0]).replace('"reward": 1', '"reward": NaN'), json.dumps(nan_row[1])]
-    lines += ["{not json"]  # a line of its own: joins the run it is in, the nan group
+    # a line that is not JSON between two rows of one group: it can only belong to that group
+    lines += [json.dumps(nan_row[0]).replace('"reward": 1', '"reward": NaN'), "{not json", json.dumps(nan_row[1])]
     lines += [json.dumps(r) for r in good_b]
     return write_jsonl(tmp_path / "bad.jsonl", lines)
 
@@ -172,8 +172,10 @@ def test_bad_rows_skip_reject_whole_groups_and_counts_reconcile(tmp_path):
     assert by_row[9]["reason"] == 'row 9: reward: expected a number, got "1"'
     assert by_row[10]["reason"] == "row 10: reasoning: expected a number >= 0 (tokens), got -4"
     assert by_row[13]["reason"] == "row 13: reward: expected a number, got NaN"
-    assert by_row[15]["reason"].startswith("row 15: <line>: not valid JSON")
-    assert by_row[15]["record"] == "{not json"
+    assert by_row[14]["reason"].startswith("row 14: <line>: not valid JSON")
+    assert by_row[14]["reason"].endswith("; its group cannot be known, so every group it may belong to is rejected")
+    assert by_row[14]["record"] == "{not json"
+    assert by_row[15]["reason"] == "in a group with a bad row: row 13: reward: expected a number, got NaN"
     assert by_row[4]["record"]["prompt_id"] == "missing" and by_row[4]["group"] == "missing"
     shaped = read_rows(out)
     # good-a: longest total 30 of the two correct loses 0.2 -> [1, 0.8, 0];

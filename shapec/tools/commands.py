@@ -48,6 +48,9 @@ def add_commands(sub) -> None:
                    help="rows per chunk (whole groups only; default 65536)")
     p.add_argument("--on-bad-row", choices=("stop", "skip"), default="stop",
                    help="stop at a bad row, or skip its group into <out>.rejects.jsonl (default: stop)")
+    p.add_argument("--allow-short-last-group", action="store_true",
+                   help="with a group size: shape a last group with fewer rows (default: an error when the "
+                        "group size does not divide the rows)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     p.set_defaults(func=cmd_run)
 
@@ -123,7 +126,9 @@ def _setup(args):
     return module, shaper, plan
 
 
-def _layout_and_grouping(args, plan):
+def _layout_and_grouping(args, plan, allow_short_last: bool = True):
+    """The row layout and the grouping; `allow_short_last` is off for `run`, where a group size
+    that does not divide the rows is an error unless --allow-short-last-group says otherwise."""
     from .rundata import FlatLayout, Grouping, NemoGymLayout
 
     if args.group_size is not None and args.group_size <= 0:
@@ -143,11 +148,14 @@ def _layout_and_grouping(args, plan):
     else:
         layout = FlatLayout(agent_key)
     if args.group_size is not None:
-        grouping = Grouping(key=None, size=args.group_size)
+        grouping = Grouping(key=None, size=args.group_size, allow_short_last=allow_short_last,
+                            source="--group-size")
     elif args.group_by is None and args.layout == "nemo-gym" and plan.group_size is not None:
-        grouping = Grouping(key=None, size=plan.group_size)
+        grouping = Grouping(key=None, size=plan.group_size, allow_short_last=allow_short_last,
+                            source="the config's grpo.num_generations_per_prompt")
     else:
-        grouping = Grouping(key=args.group_by or "prompt_id")
+        grouping = Grouping(key=args.group_by or "prompt_id",
+                            source="--group-by" if args.group_by else "the default --group-by")
     return layout, grouping
 
 
@@ -160,15 +168,27 @@ def _load_tokenizer(name: str):
 
 
 def cmd_run(args) -> int:
+    """Exit status 2 with one `cannot write` line when an output cannot be written, 130 on Ctrl-C
+    and 143 on SIGTERM; in every failure the previous output and rejects files stay as they were."""
+    from .atomic import Interrupted, OutputError, sigterm_as_interrupt
     from .rundata import format_report, run_file
 
     data = _need_file(args.data, "--data")
     if args.chunk_rows <= 0:
         raise UsageError(f"--chunk-rows: expected a positive integer, got {args.chunk_rows}")
-    _, shaper, plan = _setup(args)
-    layout, grouping = _layout_and_grouping(args, plan)
-    report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows, args.on_bad_row,
-                      progress=not args.no_progress)
+    try:
+        with sigterm_as_interrupt():
+            _, shaper, plan = _setup(args)
+            layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)
+            report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
+                              args.on_bad_row, progress=not args.no_progress)
+    except OutputError as err:
+        print(f"shapec run: {err}", file=sys.stderr)
+        return 2
+    except (KeyboardInterrupt, Interrupted) as err:
+        what = "terminated" if isinstance(err, Interrupted) else "interrupted"
+        print(f"shapec run: {what}; {args.out} was left as it was", file=sys.stderr)
+        return 143 if isinstance(err, Interrupted) else 130
     print(format_report(report, args.spec, shaper.name, data))
     return 0
 

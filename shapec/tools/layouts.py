@@ -1,0 +1,259 @@
+"""Row layouts: what the shaper needs from a chunk's rows, checked value by value.
+
+  flat       one rollout per row: group key, `reward`, one column per input, and per-prompt
+             metadata columns named after the spec's `meta` declarations (read from the
+             group's first row).
+  nemo-gym   NeMo-Gym result rows: reward from `full_result.reward`, reasoning and answer
+             lengths from `full_result.response.output` (as the NeMo-RL drop-in counts them),
+             `low_effort_applied`, `profile_band`, `profiled_rewards`,
+             `profiled_output_lengths` and `agent_ref.name` at the row's top level.
+
+A value the shaper cannot use exactly (missing, a wrong type, NaN or infinite, a negative
+length, an integer beyond what a float64 holds exactly) is a RowError naming the row and field.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .grouping import Chunk
+from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, got as _got
+
+UNITS = ("tokens", "chars", "seconds", "calls")
+EXACT_INT = 2**53  # the largest integer magnitude a float64 holds exactly
+
+
+@dataclass
+class Extracted:
+    """What the shaper needs from one chunk, and what was wrong with which row."""
+
+    rewards: np.ndarray
+    channels: dict[str, np.ndarray]
+    metadata: dict[str, list]
+    components: np.ndarray | None
+    agents: list | None
+    errors: dict[int, RowError] = field(default_factory=dict)  # local row -> first error
+
+
+def _expected(kind: str) -> str:
+    if kind == "bool":
+        return "true/false or a number"
+    return f"a number >= 0 ({kind})" if kind in UNITS else "a number"
+
+
+def _value_error(v: Any, kind: str) -> str | None:
+    """Why one value cannot be used; kind is 'reward', 'bool' or a length unit."""
+    ok = isinstance(v, (int, float)) and (kind == "bool" or not isinstance(v, bool))
+    if ok and isinstance(v, int) and abs(v) > EXACT_INT:
+        return (f"expected {_expected(kind)} that a float64 holds exactly (at most 2**53), "
+                f"got {_got(v)}")
+    if ok and not (math.isnan(v) or math.isinf(v) or (kind in UNITS and v < 0)):
+        return None
+    return f"expected {_expected(kind)}, got {_got(v)}"
+
+
+def _numbers(values: list, field_name: str, kind: str, base: int, errors: dict) -> np.ndarray:
+    """Check a column value by value; errors[i] gets the first problem of row base + i + 1."""
+    out = np.zeros(len(values))
+    for i, v in enumerate(values):
+        problem = _value_error(v, kind)
+        if problem is None:
+            out[i] = float(v)
+        elif i not in errors:
+            errors[i] = RowError(base + i + 1, field_name, problem)
+    return out
+
+
+def _arrow_numbers(table, name: str, kind: str, base: int, errors: dict) -> np.ndarray:
+    """The same checks as _numbers, vectorised over an Arrow column."""
+    import pyarrow as pa
+
+    n = table.num_rows
+    if name not in table.column_names:
+        return _numbers([MISSING] * n, name, kind, base, errors)
+    col = table.column(name)
+    numeric = pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or (
+        kind == "bool" and pa.types.is_boolean(col.type))
+    if not numeric:
+        return _numbers(col.to_pylist(), name, kind, base, errors)
+    arr = col.cast(pa.float64(), safe=False).to_numpy(zero_copy_only=False)
+    bad = col.is_null().to_numpy(zero_copy_only=False) | np.isnan(arr) | np.isinf(arr)
+    if col.type in (pa.int64(), pa.uint64()):  # the only integer types that can pass 2**53
+        import pyarrow.compute as pc
+
+        big = pc.greater(col, pa.scalar(EXACT_INT, col.type))
+        if col.type == pa.int64():
+            big = pc.or_(big, pc.less(col, pa.scalar(-EXACT_INT, col.type)))
+        bad |= big.to_numpy(zero_copy_only=False).astype(bool) & ~col.is_null().to_numpy(zero_copy_only=False)
+    if kind in UNITS:
+        with np.errstate(invalid="ignore"):
+            bad |= arr < 0
+    for i in np.flatnonzero(bad):
+        i = int(i)
+        if i not in errors:
+            errors[i] = RowError(base + i + 1, name, _value_error(col[i].as_py(), kind))
+    return np.where(bad, 0.0, arr)
+
+
+class FlatLayout:
+    name = "flat"
+
+    def __init__(self, agent_key: str | None = None):
+        self.agent_key = agent_key
+
+    def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
+        errors: dict[int, RowError] = {}
+        block = chunk.block
+        starts = chunk.offsets[:-1]
+        if isinstance(block, ArrowBlock):
+            table = block.table
+            rewards = _arrow_numbers(table, "reward", "reward", chunk.base, errors)
+            channels = {name: _arrow_numbers(table, name, typ, chunk.base, errors) for name, typ in inputs}
+            metadata = {}
+            for m in metas:
+                if m.name in table.column_names:
+                    metadata[m.name] = [struct_fields(v) for v in table.column(m.name).take(starts).to_pylist()]
+                else:
+                    metadata[m.name] = [None] * len(starts)
+            comps = None
+            if "reward_components" in table.column_names:
+                comps = np.array([_component_count(v) for v in table.column("reward_components").to_pylist()])
+            agents = block.keys(self.agent_key) if self.agent_key else None
+            agents = [agents[s] for s in starts] if agents else None
+        else:
+            for i, r in enumerate(block.rows):
+                if isinstance(r, BadLine):
+                    errors[i] = RowError(chunk.base + i + 1, r.field, r.error)
+            rewards = _numbers(block.column("reward"), "reward", "reward", chunk.base, errors)
+            channels = {name: _numbers(block.column(name), name, typ, chunk.base, errors) for name, typ in inputs}
+            firsts = block.first_rows(starts)
+            metadata = {m.name: [_none(r.get(m.name) if isinstance(r, dict) else None) for r in firsts] for m in metas}
+            comps = None
+            if any(isinstance(r, dict) and "reward_components" in r for r in block.rows):
+                comps = np.array([_component_count(r.get("reward_components") if isinstance(r, dict) else None)
+                                  for r in block.rows])
+            agents = [_none(get_path(r, self.agent_key)) for r in firsts] if self.agent_key else None
+        return Extracted(rewards, channels, metadata, comps, agents, errors)
+
+
+def struct_fields(v: Any) -> Any:
+    """A Parquet struct carries every field, absent ones as null: keep only the present ones,
+    as the JSON object the row was would have them."""
+    if isinstance(v, dict):
+        return {k: struct_fields(x) for k, x in v.items() if x is not None}
+    return v
+
+
+def _none(v: Any) -> Any:
+    return None if v is MISSING else v
+
+
+def _component_count(v: Any) -> float:
+    """Reward components make a group non-binary for binary shapers: count them."""
+    if v is None or v is MISSING:
+        return 0.0
+    if isinstance(v, (list, tuple, dict)):
+        return float(len(v))
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v) if not isinstance(v, int) or abs(v) <= EXACT_INT else float(EXACT_INT)
+    return 1.0 if v else 0.0
+
+
+class NemoGymLayout:
+    """NeMo-Gym result rows, read the way the NeMo-RL drop-ins read them."""
+
+    name = "nemo-gym"
+
+    def __init__(self, length_type: str = "chars", tokenizer=None, agent_key: str | None = "agent_ref.name"):
+        from ..compat._time_efficiency import rollout_calls, rollout_seconds
+        from ..compat.nemo_rl import length_of, response_texts
+
+        self.agent_key = agent_key
+        self._texts = response_texts
+
+        def text_length(which: int):
+            return lambda row, texts: length_of(texts()[which], length_type, tokenizer)
+
+        def flag(key: str):
+            return lambda row, texts: bool(row.get(key) or row["full_result"].get(key))
+
+        # inputs of the stdlib specs; any other input is read from the row, then from full_result
+        self.extractors = {
+            "reasoning": text_length(0),
+            "answer": text_length(1),
+            "low_effort": lambda row, texts: bool(row.get("low_effort_applied")),
+            "run_time": lambda row, texts: rollout_seconds(row),
+            "calls": lambda row, texts: rollout_calls(row),
+            "resolved": flag("resolved"),
+            "masked": flag("mask_sample"),
+        }
+
+    def _input(self, row: dict, name: str, texts) -> tuple[Any, str]:
+        if name in self.extractors:
+            try:
+                return self.extractors[name](row, texts), name
+            except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as err:
+                return f"unreadable ({err})", name
+        if name in row:
+            return row[name], name
+        return row["full_result"].get(name, MISSING), f"full_result.{name}"
+
+    def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
+        errors: dict[int, RowError] = {}
+        rows = chunk.block.rows
+        n = len(rows)
+        rewards = np.zeros(n)
+        channels = {name: np.zeros(n) for name, _ in inputs}
+        comps = np.zeros(n)
+        for i, row in enumerate(rows):
+            at = chunk.base + i
+            if isinstance(row, BadLine):
+                errors[i] = RowError(at + 1, row.field, row.error)
+                continue
+            fr = row.get("full_result", MISSING)
+            if not isinstance(fr, dict):
+                errors[i] = RowError(at + 1, "full_result", f"expected an object, got {_got(fr)}")
+                continue
+            one: dict[int, RowError] = {}
+            rewards[i] = _numbers([fr.get("reward", MISSING)], "full_result.reward", "reward", at, one)[0]
+            texts = _memo(lambda row=row: self._texts(row))
+            for name, typ in inputs:
+                value, fname = self._input(row, name, texts)
+                channels[name][i] = _numbers([value], fname, typ, at, one)[0]
+            if one:
+                errors[i] = one[0]
+            comps[i] = _component_count(fr.get("reward_components"))
+        starts = chunk.offsets[:-1]
+        firsts = [rows[s] if isinstance(rows[s], dict) else {} for s in starts]
+        metadata = {m.name: [self._meta(r, m.name) for r in firsts] for m in metas}
+        if chunk.block.from_arrow:
+            metadata = {k: [struct_fields(v) for v in vs] for k, vs in metadata.items()}
+        agents = [_none(get_path(r, self.agent_key)) for r in firsts] if self.agent_key else None
+        return Extracted(rewards, channels, metadata, comps if comps.any() else None, agents, errors)
+
+    @staticmethod
+    def _meta(row: dict, name: str) -> Any:
+        if name == "profiled":
+            rewards, lengths = row.get("profiled_rewards"), row.get("profiled_output_lengths")
+            if rewards is None or lengths is None:
+                return None
+            return {"reward": rewards, "length": lengths}
+        return row.get(name)
+
+
+def _memo(fn):
+    """Call fn at most once (the response texts are needed by two inputs, or by none)."""
+    box: list = []
+
+    def get():
+        if not box:
+            box.append(fn())
+        return box[0]
+
+    return get
+
+

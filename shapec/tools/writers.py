@@ -1,0 +1,247 @@
+"""Shaped rows out: the output file and its rejects file, each written whole or not at all.
+
+Both are written to temporary files in the destination folder (tools/atomic.py) and renamed
+into place only when the whole input has been shaped, so an existing output is never truncated
+or left half-written by a bad row, a full disk, Ctrl-C or kill -9.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .atomic import AtomicFile, OutputError, reason_of
+from .grouping import Chunk
+from .readers import MISSING, ArrowBlock, BadLine, get_path, input_format
+from .spec import ToolError
+
+
+def rejects_path(out: Path) -> Path:
+    """`<out stem>.rejects.jsonl` next to the output."""
+    return out.with_name(out.name[: -len(out.suffix)] + ".rejects.jsonl")
+
+
+def output_columns(result) -> dict[str, np.ndarray]:
+    cols = {f"term.{k}": v for k, v in result.terms.items()}
+    cols.update({f"factor.{k}": v for k, v in result.factors.items()})
+    return cols
+
+
+class Writer:
+    """Writes shaped rows to .jsonl or .parquet (by extension), one chunk at a time."""
+
+    def __init__(self, path: Path, layout_name: str, input_schema=None):
+        """`input_schema`: the Arrow schema of every input row (a Parquet file's own, or one scanned
+        from JSONL), so that a field first seen in a later chunk still fits the Parquet output."""
+        self.path = path
+        self.format = input_format(path)
+        self.layout = layout_name
+        self.input_schema = input_schema
+        self.rows = 0
+        self._file = AtomicFile(path)
+        self._fh = None
+        self._pq = None
+        self._schema = None
+
+    def start(self) -> None:
+        """Create the temporary file now, so an unwritable destination fails before any work."""
+        self._file.open()
+
+    def write(self, chunk: Chunk, outcome) -> None:
+        if outcome.result is None or not len(outcome.good_rows):
+            return
+        try:
+            self._write(chunk, outcome)
+        except OSError as err:
+            raise OutputError(self.path, reason_of(err)) from None
+
+    def _write(self, chunk: Chunk, outcome) -> None:
+        rewards = outcome.result.rewards
+        extra = output_columns(outcome.result)
+        if isinstance(chunk.block, ArrowBlock) and self.layout == "flat":
+            table = self._arrow_rows(chunk.block.table, outcome.good_rows, rewards, extra)
+            if self.format == "parquet":
+                self._write_table(table)
+            else:
+                self._write_dicts(table.to_pylist())
+        else:
+            rows = [chunk.block.rows[i] for i in outcome.good_rows]
+            dicts = [self._dict_row(r, float(rewards[k]), {c: float(v[k]) for c, v in extra.items()})
+                     for k, r in enumerate(rows)]
+            if self.format == "parquet":
+                import pyarrow as pa
+
+                if self._schema is None:
+                    self._schema = self._output_schema(pa.Table.from_pylist(dicts).schema)
+                try:
+                    table = pa.Table.from_pylist(dicts, schema=self._schema)
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
+                    raise ToolError(f"{self.path}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} do not "
+                                    f"fit one Parquet schema ({err}); write .jsonl instead") from None
+                self._write_table(table)
+            else:
+                self._write_dicts(dicts)
+        self.rows += len(outcome.good_rows)
+
+    def _dict_row(self, row: dict, reward: float, extra: dict) -> dict:
+        out = dict(row)
+        if self.layout == "nemo-gym":
+            fr = dict(out["full_result"])
+            env = fr.get("reward")
+            fr["reward"] = reward
+            out["full_result"] = fr
+            if "reward" in out:
+                out["reward"] = reward
+        else:
+            env = out.get("reward")
+            out["reward"] = reward
+        out["env_reward"] = env
+        out.update(extra)
+        return out
+
+    def _output_schema(self, first):
+        """The first chunk's schema widened by every input row's (struct fields merged, ints to floats)."""
+        import pyarrow as pa
+
+        if self.input_schema is None:
+            return first
+        parts = [first, self.input_schema]
+        try:
+            if self.layout == "nemo-gym":
+                reward_type = self.input_schema.field("full_result").type.field("reward").type
+            else:
+                reward_type = self.input_schema.field("reward").type
+            parts.append(pa.schema([("env_reward", reward_type)]))
+        except KeyError:
+            pass
+        return pa.unify_schemas(parts, promote_options="permissive")
+
+    @staticmethod
+    def _arrow_rows(table, good: np.ndarray, rewards: np.ndarray, extra: dict):
+        import pyarrow as pa
+
+        if len(good) != table.num_rows:
+            table = table.take(pa.array(good))
+        env = table.column("reward")
+        table = table.set_column(table.column_names.index("reward"), "reward", pa.array(rewards, pa.float64()))
+        if "env_reward" in table.column_names:
+            table = table.drop_columns(["env_reward"])
+        table = table.append_column("env_reward", env)
+        for name, values in extra.items():
+            if name in table.column_names:
+                table = table.drop_columns([name])
+            table = table.append_column(name, pa.array(values, pa.float64()))
+        return table
+
+    def _write_table(self, table) -> None:
+        import pyarrow.parquet as pq
+
+        if self._pq is None:
+            self._schema = table.schema
+            self._pq = pq.ParquetWriter(self._file.tmp, table.schema)
+        elif table.schema != self._schema:
+            table = table.cast(self._schema)
+        self._pq.write_table(table)
+
+    def _write_dicts(self, rows: list[dict]) -> None:
+        if self._fh is None:
+            self._fh = open(self._file.tmp, "w", encoding="utf-8")
+        self._fh.write("".join(json.dumps(r) + "\n" for r in rows))
+
+    def commit(self) -> None:
+        """Finish the file (every row rejected: an empty one) and rename it over the destination."""
+        try:
+            if self._pq is None and self.format == "parquet":
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                schema = self._schema or self.input_schema or pa.schema([])
+                pq.write_table(schema.empty_table(), self._file.tmp)
+            self._close()
+        except OSError as err:
+            self.discard()
+            raise OutputError(self.path, reason_of(err)) from None
+        self._file.commit()
+
+    def _close(self) -> None:
+        pq_writer, fh, self._pq, self._fh = self._pq, self._fh, None, None
+        if pq_writer is not None:
+            pq_writer.close()
+        if fh is not None:
+            fh.close()
+
+    def discard(self) -> None:
+        """Drop the temporary file; the destination keeps what it had."""
+        try:
+            self._close()
+        except OSError:
+            pass  # the file is going away anyway
+        finally:
+            self._file.discard()
+
+
+class RejectsWriter:
+    """`<out stem>.rejects.jsonl`: every rejected row with its row number and reason."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.rows = 0
+        self._file = AtomicFile(path)
+        self._fh = None
+
+    def start(self) -> None:
+        self._file.open()
+
+    def write(self, chunk: Chunk, rejected: list[tuple[int, str]], key_path: str | None) -> None:
+        if not rejected:
+            return
+        try:
+            self._write(chunk, rejected, key_path)
+        except OSError as err:
+            raise OutputError(self.path, reason_of(err)) from None
+
+    def _write(self, chunk: Chunk, rejected: list[tuple[int, str]], key_path: str | None) -> None:
+        if self._fh is None:
+            self._fh = open(self._file.tmp, "w", encoding="utf-8")
+        block = chunk.block
+        table_rows = block.table.take([i for i, _ in rejected]).to_pylist() if isinstance(block, ArrowBlock) else None
+        for k, (i, reason) in enumerate(rejected):
+            row = table_rows[k] if table_rows is not None else block.rows[i]
+            record = row.text if isinstance(row, BadLine) else row
+            group = get_path(row, key_path) if key_path and isinstance(row, dict) else None
+            group = None if group is MISSING else group
+            entry = {"row": chunk.base + i + 1, "group": group, "reason": reason, "record": record}
+            try:
+                line = json.dumps(entry, default=str)
+            except (ValueError, RecursionError):  # a record json cannot write back: keep it as text
+                line = json.dumps({**entry, "group": str(group), "record": str(record)[:10000]})
+            self._fh.write(line + "\n")
+        self.rows += len(rejected)
+
+    def commit(self) -> None:
+        """Rename the rejects into place; with none, remove a stale rejects file of an earlier run."""
+        try:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+            if not self.rows:
+                self._file.discard()
+                if self.path.exists():
+                    self.path.unlink()  # a stale rejects file from an earlier run would mislead
+                return
+        except OSError as err:
+            self.discard()
+            raise OutputError(self.path, reason_of(err)) from None
+        self._file.commit()
+
+    def discard(self) -> None:
+        try:
+            if self._fh is not None:
+                self._fh.close()
+        except OSError:
+            pass
+        finally:
+            self._fh = None
+            self._file.discard()
