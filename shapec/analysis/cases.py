@@ -1,0 +1,138 @@
+"""One prompt group with everything a shaper reads: the unit of search, counterexamples and replay.
+
+Values are drawn from small sets of round numbers first (so counterexamples read well) and then
+at random; params only ever take values inside their declared ranges.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..compiler.ir import ParamSpec, ShaperIR
+
+ROUND = {
+    "tokens": (0, 1, 10, 100, 200, 1000, 5000), "chars": (0, 1, 10, 100, 1000, 5000),
+    "seconds": (0, 60, 600, 3600, 5400, 7200), "calls": (0, 1, 2, 5, 10), "bool": (0, 1),
+    "float": (0, 1, -1, 0.5, 2, 10), "int": (0, 1, 2, 10),
+}
+REWARDS = {"binary": (0.0, 1.0), "unit": (0.0, 1.0, 0.5, 0.25), "nonneg": (0.0, 1.0, 0.5, 2.0),
+           "real": (0.0, 1.0, 0.5, -1.0, 2.0)}
+PARAM_TRIES = (0, 1, 2, 0.5, -1, 10, 100, -10, 0.1, 1000, 1 / 60)
+
+
+@dataclass
+class Case:
+    """A single group: rewards, each input (one value per rollout), per-group metadata, params."""
+
+    rewards: list[float]
+    inputs: dict[str, list[float]]
+    metas: dict[str, Any] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return len(self.rewards)
+
+    def call(self, shaper):
+        metadata = {name: [value] for name, value in self.metas.items()}
+        return shaper(np.array(self.rewards, dtype=np.float64), group_size=self.size,
+                      channels={k: np.array(v, dtype=np.float64) for k, v in self.inputs.items()},
+                      metadata=metadata, params=self.params)
+
+    def without(self, i: int) -> "Case":
+        return Case([r for j, r in enumerate(self.rewards) if j != i],
+                    {k: [x for j, x in enumerate(v) if j != i] for k, v in self.inputs.items()},
+                    dict(self.metas), dict(self.params))
+
+
+def param_values(spec: ParamSpec) -> list[Any]:
+    """Candidate values of one param, inside its declared range; the default first."""
+    out: list[Any] = []
+    if spec.kind == "bool":
+        out = [bool(spec.default) if spec.default is not None else False, True, False]
+    elif spec.kind == "enum":
+        out = [spec.default, *spec.members]
+    elif spec.kind == "band":
+        out = [spec.default, (100.0, 1000.0, 0.5), (10.0, 100.0, 0.0), (1000.0, 5000.0, 0.8)]
+    else:
+        cands = [spec.default] if spec.default is not None else []
+        cands += [v for v in (spec.lo, spec.hi) if v is not None]
+        cands += list(PARAM_TRIES)
+        for v in cands:
+            if v is None or not math.isfinite(v) or not in_range(spec, v):
+                continue
+            v = int(v) if spec.kind == "int" and float(v).is_integer() else v
+            if spec.kind == "int" and not isinstance(v, int):
+                continue
+            out.append(v)
+    if spec.optional:
+        out.append(None)
+    seen: list[Any] = []
+    for v in out:
+        if v not in seen:
+            seen.append(v)
+    return seen
+
+
+def in_range(spec: ParamSpec, v: float) -> bool:
+    if spec.lo is not None and (v < spec.lo or (spec.lo_strict and v == spec.lo)):
+        return False
+    return not (spec.hi is not None and (v > spec.hi or (spec.hi_strict and v == spec.hi)))
+
+
+def random_param(spec: ParamSpec, rng: random.Random) -> Any:
+    values = param_values(spec)
+    if spec.kind in ("int", "float") and rng.random() < 0.3:
+        lo = spec.lo if spec.lo is not None else -100.0
+        hi = spec.hi if spec.hi is not None else 100.0
+        v = rng.uniform(lo, min(hi, lo + 200.0))
+        v = int(round(v)) if spec.kind == "int" else v
+        if in_range(spec, v):
+            return v
+    return rng.choice(values)
+
+
+def random_value(typ: str, rng: random.Random) -> float:
+    if rng.random() < 0.7:
+        return float(rng.choice(ROUND.get(typ, ROUND["float"])))
+    if typ == "bool":
+        return float(rng.random() < 0.5)
+    if typ in ("tokens", "chars", "calls", "int"):
+        return float(rng.randint(0, 6000 if typ != "calls" else 20))
+    if typ == "seconds":
+        return round(rng.uniform(0, 7200), 1)
+    return round(rng.uniform(-5, 5), 3)
+
+
+def random_meta(spec, k: int, rng: random.Random) -> Any:
+    if spec.kind == "scalar":
+        if rng.random() < 0.2:
+            return None
+        return {"a": 100.0, "b": 1000.0, "f": 0.5} if spec.type == "band" else random_value(spec.type, rng)
+    if spec.kind == "record":
+        row = {}
+        for name, typ in spec.fields:
+            if rng.random() < 0.7:
+                row[name] = ({"a": 100.0, "b": 1000.0, "f": rng.choice((0.0, 0.5, 0.8))} if typ == "band"
+                             else random_value(typ, rng))
+        return row
+    n = rng.randint(0, 4)
+    return {name: [random_value(typ, rng) for _ in range(n)] for name, typ in spec.fields}
+
+
+def random_case(ir: ShaperIR, k: int, domain: str, rng: random.Random, params: dict[str, Any]) -> Case:
+    rewards = [float(rng.choice(REWARDS[domain])) if domain == "binary" or rng.random() < 0.8 else
+               _random_reward(domain, rng) for _ in range(k)]
+    inputs = {name: [random_value(typ, rng) for _ in range(k)] for name, typ in ir.inputs}
+    metas = {m.name: random_meta(m, k, rng) for m in ir.metas}
+    return Case(rewards, inputs, metas, dict(params))
+
+
+def _random_reward(domain: str, rng: random.Random) -> float:
+    lo, hi = {"unit": (0, 1), "nonneg": (0, 3)}.get(domain, (-3, 3))
+    return round(rng.uniform(lo, hi), 3)
