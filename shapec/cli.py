@@ -31,6 +31,10 @@ def cmd_check(args) -> int:
     from .api import check_file
 
     files = _spec_files(args.paths)
+    if args.prove:
+        from .analysis.checking import cmd_prove
+
+        return cmd_prove(files, args)
     diags = [d for f in files for d in check_file(f)]
     if args.format == "json":
         print(json.dumps([d.to_json() for d in diags], indent=2))
@@ -75,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", help="files, directories or stdlib module names")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--quiet", "-q", action="store_true", help="print nothing when every file is valid")
+    p.add_argument("--prove", action="store_true", help="decide every property of every shaper (needs the prove extra)")
+    p.add_argument("--counterexamples", metavar="DIR", default="shapec-counterexamples",
+                   help="--prove: where counterexample groups are written (default shapec-counterexamples)")
+    p.add_argument("--trials", type=int, default=400, metavar="N", help="--prove: random groups per property")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compile", help="print the generated numba kernel module of a shaper or pipeline")
