@@ -51,6 +51,23 @@ def test_mkdocs_build_strict(tmp_path):
     assert '<span class="kd">shaper</span>' in page and '<span class="kt">tokens</span>' in page
 
 
+def test_every_docs_page_is_in_the_nav():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """mkdocs.yml may hold `!!python/name:` tags; the nav needs none of them."""
+
+    Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: None)
+    nav = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader)["nav"]
+
+    def pages(items):
+        for item in items:
+            value = next(iter(item.values())) if isinstance(item, dict) else item
+            yield from pages(value) if isinstance(value, list) else [value]
+
+    assert sorted(pages(nav)) == sorted(p.name for p in DOCS.glob("*.md"))
+
+
 def _shape_blocks(text: str) -> list[str]:
     return re.findall(r"```shape\n(.*?)```", text, flags=re.S)
 

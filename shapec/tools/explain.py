@@ -122,7 +122,7 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
         grid.add_column(justify="right")
         for name, v in values.items():
             grid.add_row(name, _value_text(v, rk, first_row, digits))
-        console.print(Padding(grid, (0, 0, 0, 4)), highlight=False)
+        console.print(Padding(grid, (0, 0, 0, 4), expand=False), highlight=False)
     for name, value in metadata.items():
         console.print(f"  meta {name}: {_meta_text(value)}", highlight=False, markup=False)
     terms = {k2: v[rows] for k2, v in result.terms.items()}
