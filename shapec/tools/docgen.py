@@ -35,7 +35,9 @@ def errors_page() -> str:
             lines.append(f"\n## E{group}xx: {CATEGORIES.get(group, 'Other')}\n")
             lines.append("| code | meaning |\n|---|---|")
         lines.append(f"| `{code}` | {text} |")
-    return "\n".join(lines) + "\n"
+    from ..analysis.codes import errors_md_section
+
+    return "\n".join(lines) + "\n" + errors_md_section()
 
 
 def _docstring_markdown(doc: str) -> str:
