@@ -176,3 +176,6 @@ def keep_groups(
     rules = next(step.rules for step in shaper.ir.steps if step.name == "keep")
     keeping = {reason for verdict, reason, _ in rules if verdict == "open"}
     return np.array([reason in keeping for reason in out.gates["keep"]], dtype=bool)
+
+
+from .miles_hook import post_process_rewards  # noqa: E402
