@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..runtime.validate import BatchError, band, finite, numeric
+from ..runtime.validate import BatchError, band, finite, numeric, show
 
 CHANNELS = ("total", "reasoning", "answer")
 
@@ -25,14 +25,14 @@ def _get(obj: Any, key: str, default: Any) -> Any:
 def _text(part: Any, where: str) -> str:
     text = _get(part, "text", "")
     if not isinstance(text, str):
-        raise BatchError(f"{where}.text: expected a string, got {text!r}")
+        raise BatchError(f"{where}.text: expected a string, got {show(text)}")
     return text
 
 
 def _items(obj: Any, key: str, where: str) -> list:
     items = _get(obj, key, [])
     if not isinstance(items, (list, tuple)):
-        raise BatchError(f"{where}.{key}: expected a list, got {items!r}")
+        raise BatchError(f"{where}.{key}: expected a list, got {show(items)}")
     return list(items)
 
 
@@ -113,15 +113,15 @@ def read_rows(results: Sequence[Any]) -> tuple[list[dict], np.ndarray, list[str]
             raise BatchError(f"results[{i}]: expected a NeMo-Gym result dict, got {type(row).__name__}")
         full = row.get("full_result")
         if not isinstance(full, dict):
-            raise BatchError(f"results[{i}].full_result: expected a dict with 'reward', got {full!r}")
+            raise BatchError(f"results[{i}].full_result: expected a dict with 'reward', got {show(full)}")
         if "reward" not in full:
             raise BatchError(f"results[{i}].full_result.reward: missing")
         reward = full["reward"]
         if not isinstance(reward, (int, float, np.integer, np.floating)):
-            raise BatchError(f"results[{i}].full_result.reward: expected a number, got {reward!r}")
+            raise BatchError(f"results[{i}].full_result.reward: expected a number, got {show(reward)}")
         ref = row.get("agent_ref")
         if not isinstance(ref, Mapping) or "name" not in ref:
-            raise BatchError(f"results[{i}].agent_ref.name: missing (agent_ref={ref!r}); expected the agent's name")
+            raise BatchError(f"results[{i}].agent_ref.name: missing (agent_ref={show(ref)}); expected the agent's name")
         fulls.append(full)
         rewards.append(reward)
         agents.append(ref["name"])
@@ -161,7 +161,7 @@ def _row_bands(row: Mapping, i: int) -> dict[str, tuple[float, float, float, flo
     if block is None or (isinstance(block, dict) and not block):
         return {}
     if not isinstance(block, dict):
-        raise BatchError(f"results[{i}].profile_band: expected a mapping of channel -> {{a, b, f}}, got {block!r}")
+        raise BatchError(f"results[{i}].profile_band: expected a mapping of channel -> {{a, b, f}}, got {show(block)}")
     return {ch: (*band(f"results[{i}].profile_band.{ch}", block[ch]), 1.0) for ch in CHANNELS if ch in block}
 
 

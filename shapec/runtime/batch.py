@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
-from .validate import BatchError, band, band_table, check_offsets, finite, group_size_offsets, integers, numeric
+from .validate import BatchError, band, band_table, check_offsets, finite, group_size_offsets, integers, numeric, show
 
 __all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
 
@@ -136,7 +136,7 @@ def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | No
     if row is None:
         return None
     if not isinstance(row, Mapping):
-        raise BatchError(f"{name}: group {g}: expected a mapping with {fields} or None, got {row!r}")
+        raise BatchError(f"{name}: group {g}: expected a mapping with {fields} or None, got {show(row)}")
     for key in row:
         if key not in fields:
             raise BatchError(f"{name}: group {g}: unknown field {key!r}{_hint(key, fields)}; fields: {fields}")

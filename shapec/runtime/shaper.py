@@ -16,7 +16,7 @@ from ..compiler.ir import PipelineIR, ShaperIR
 from .batch import Batch, make_batch
 from .interp import Interpreter, StageOutput
 from .params import ParamError, mapping_of_params, param_arrays, params_model
-from .validate import finite, is_number, numeric
+from .validate import finite, is_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -33,7 +33,7 @@ def state_number(key: str, value: Any) -> float:
     except OverflowError:
         ok = False
     if not ok:
-        raise StateError(f"state {key}: expected a finite number, got {value!r}")
+        raise StateError(f"state {key}: expected a finite number, got {show(value)}")
     return float(value)
 
 

@@ -23,6 +23,12 @@ class BatchError(ValueError):
     """Bad input data: names the field, the first bad index and what was expected."""
 
 
+def show(value: Any) -> str:
+    """A value for an error message: its repr, cut short (a 400-digit int is not worth printing)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} chars)"
+
+
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -45,7 +51,8 @@ def numeric(name: str, value: Any, length: int | None = None, what: str = "rollo
     if arr.ndim != 1:
         raise BatchError(f"{name}: expected a 1-d array, got shape {arr.shape}")
     if arr.dtype.kind in "OUS":  # mixed or non-numeric elements: name the first bad one
-        arr = np.array([_element(name, i, v) for i, v in enumerate(arr.tolist())], dtype=np.float64)
+        items = value if isinstance(value, (list, tuple)) else arr.tolist()
+        arr = np.array([_element(name, i, v) for i, v in enumerate(items)], dtype=np.float64)
     elif arr.dtype.kind not in "biuf":
         raise BatchError(f"{name}: expected numbers, got dtype {arr.dtype}")
     if length is not None and len(arr) != length:
@@ -57,11 +64,11 @@ def _element(name: str, i: int, v: Any) -> float:
     if isinstance(v, (bool, np.bool_)):
         return float(v)
     if not isinstance(v, numbers.Real):
-        raise BatchError(f"{name}: index {i}: expected a number, got {v!r}")
+        raise BatchError(f"{name}: index {i}: expected a number, got {show(v)}")
     try:
         return float(v)
     except OverflowError:
-        raise BatchError(f"{name}: index {i}: {v!r} is too large for a float") from None
+        raise BatchError(f"{name}: index {i}: {show(v)} is too large for a float") from None
 
 
 def finite(name: str, arr: np.ndarray, nonneg: str | None = None) -> np.ndarray:
@@ -85,6 +92,10 @@ def integers(name: str, value: Any) -> np.ndarray:
     """A 1-d int64 array from integers only: floats (even 2.0), bools, strings and huge ints are errors."""
     if isinstance(value, (str, bytes, Mapping)) or value is None:
         raise BatchError(f"{name}: expected a 1-d array of integers, got {type(value).__name__}")
+    if isinstance(value, (list, tuple)):  # numpy would turn True into 1 and 2.0 into an int array's 2
+        for i, v in enumerate(value):
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not -_INT64_MAX <= v <= _INT64_MAX:
+                raise BatchError(f"{name}: index {i}: expected an integer, got {show(v)}")
     try:
         arr = np.asarray(value)
     except (TypeError, ValueError, OverflowError):
@@ -96,7 +107,7 @@ def integers(name: str, value: Any) -> np.ndarray:
     if arr.dtype == object or arr.dtype.kind == "u":
         for i, v in enumerate(arr.tolist()):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not -_INT64_MAX <= v <= _INT64_MAX:
-                raise BatchError(f"{name}: index {i}: expected an integer, got {v!r}")
+                raise BatchError(f"{name}: index {i}: expected an integer, got {show(v)}")
         return np.array(arr.tolist(), dtype=np.int64)
     if arr.dtype.kind != "i":
         raise BatchError(f"{name}: expected integers, got dtype {arr.dtype}")
@@ -120,10 +131,10 @@ def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards")
 def group_size_offsets(n: int, group_size: Any, allow_short_last_group: bool = False) -> np.ndarray:
     """Offsets of contiguous groups of `group_size` rows; a short last group only when asked for."""
     if isinstance(group_size, (bool, np.bool_)) or not isinstance(group_size, (int, np.integer)) or group_size <= 0:
-        raise BatchError(f"group_size: expected a positive integer, got {group_size!r}")
+        raise BatchError(f"group_size: expected a positive integer, got {show(group_size)}")
     size = int(group_size)
     if n % size and not allow_short_last_group:
-        raise BatchError(f"group_size: {n} rewards do not split into groups of {size} "
+        raise BatchError(f"group_size: {n} rewards do not split into groups of {show(size)} "
                          f"(the last group would have {n % size}); pass allow_short_last_group=True to accept it")
     if size >= n:
         return np.array([0, n] if n else [0], dtype=np.int64)
@@ -135,7 +146,7 @@ def band(where: str, block: Any) -> tuple[float, float, float]:
     if isinstance(block, (list, tuple)) and len(block) == 3:
         block = dict(zip("abf", block))
     if not isinstance(block, Mapping):
-        raise BatchError(f"{where}: expected a band {{a, b, f}}, got {block!r}")
+        raise BatchError(f"{where}: expected a band {{a, b, f}}, got {show(block)}")
     unknown = sorted(str(k) for k in block if k not in ("a", "b", "f"))
     if unknown:
         raise BatchError(f"{where}: unknown band field(s) {unknown}; a band has a, b and f")
@@ -149,7 +160,7 @@ def band(where: str, block: Any) -> tuple[float, float, float]:
         except OverflowError:
             ok = False
         if not ok:
-            raise BatchError(f"{where}.{key}: expected a finite number, got {v!r}")
+            raise BatchError(f"{where}.{key}: expected a finite number, got {show(v)}")
         values.append(float(v))
     return check_band(where, *values)
 
