@@ -116,7 +116,10 @@ class Writer:
             parts.append(pa.schema([("env_reward", reward_type)]))
         except KeyError:
             pass
-        return pa.unify_schemas(parts, promote_options="permissive")
+        schema = first
+        for other in parts[1:]:
+            schema = _widen(schema, other)
+        return schema
 
     @staticmethod
     def _arrow_rows(table, good: np.ndarray, rewards: np.ndarray, extra: dict):
@@ -180,6 +183,29 @@ class Writer:
             pass  # the file is going away anyway
         finally:
             self._file.discard()
+
+
+def _widen(schema, other):
+    """`schema` with `other`'s fields added, or widened where the two unify; where they conflict
+    (a rejected row's string in a number column), `schema`'s type stays."""
+    import pyarrow as pa
+
+    conflict = (pa.ArrowInvalid, pa.ArrowTypeError)
+    try:
+        return pa.unify_schemas([schema, other], promote_options="permissive")
+    except conflict:
+        pass
+    for f in other:
+        i = schema.get_field_index(f.name)
+        if i < 0:
+            schema = schema.append(f)
+            continue
+        try:
+            both = pa.unify_schemas([pa.schema([schema.field(i)]), pa.schema([f])], promote_options="permissive")
+        except conflict:
+            continue
+        schema = schema.set(i, both.field(0))
+    return schema
 
 
 class RejectsWriter:
