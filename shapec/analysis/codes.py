@@ -9,13 +9,12 @@ PROPERTY_CODES = {
     "E706": "`ensure shorter_not_worse` refuted: a smaller value ends lower",
     "W701": "order_kept does not hold (not declared)",
     "W702": "all_wrong_unchanged does not hold (not declared)",
-    "W703": "within does not hold for the declared output contract (not declared)",
-    "W704": "continuous rewards feed a std-normalised advantage stage without a clip",
-    "W705": "declared property could not be decided",
+    "W703": "continuous rewards feed a std-normalised advantage stage without a clip",
+    "W704": "declared property could not be decided",
 }
 REFUTED_ERROR = {"order_kept": "E703", "all_wrong_unchanged": "E704", "within": "E705",
                  "shorter_not_worse": "E706"}
-REFUTED_WARNING = {"order_kept": "W701", "all_wrong_unchanged": "W702", "within": "W703"}
+REFUTED_WARNING = {"order_kept": "W701", "all_wrong_unchanged": "W702"}
 
 
 def errors_md_section() -> str:

@@ -125,7 +125,7 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
                                       span, "note"))
         elif v.status == "unknown" and v.goal.declared:
             s = v.stats
-            out.append(Diagnostic("W705", f"{v.shaper.name}: {v.goal.title()} undecided: {v.how} "
+            out.append(Diagnostic("W704", f"{v.shaper.name}: {v.goal.title()} undecided: {v.how} "
                                   f"({s.trials} groups of {s.sizes[0]}-{s.sizes[1]} rollouts)", v.goal.ensure.span,
                                   "warning"))
     return out
@@ -189,7 +189,7 @@ def pipeline_warnings(ir: PipelineIR) -> list[Diagnostic]:
     stages = [s for s, _ in ir.stages]
     for prev, stage in zip(stages, stages[1:]):
         if prev.produces not in ("binary", "advantage") and not _clipped(prev) and _std_normalised(stage):
-            out.append(Diagnostic("W704", f"pipeline {ir.name!r}: {prev.name!r} produces continuous ({prev.produces}) "
+            out.append(Diagnostic("W703", f"pipeline {ir.name!r}: {prev.name!r} produces continuous ({prev.produces}) "
                                   f"rewards and {stage.name!r} divides by their std without a clip; "
                                   + TIME_EFFICIENCY_ADVICE, stage.result.span, "warning"))
     return out
