@@ -11,6 +11,7 @@ from typing import Callable
 from ..syntax import ast as A
 from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
+from . import contracts as C
 from .ir import (
     BATCH, CONST, GROUP, PARAM, POISON, ROLLOUT, UNITS, LEVEL_NAMES,
     MetaSpec, Node, ParamSpec, PipelineIR, ShaperIR, Step, Type,
@@ -163,7 +164,7 @@ class Checker:
                 self.error(
                     "E401",
                     f"shaper {shaper.name!r} requires {shaper.requires} rewards but follows {prev!r}, which "
-                    f"produces {contract} rewards; move {prev!r} after {shaper.name!r}",
+                    f"produces {contract} rewards; {C.reorder_advice(stages, i)}",
                     span,
                 )
                 ok = False
@@ -618,6 +619,8 @@ class ShaperChecker:
             inferred = "unit" if _contract_le(requires, "unit") and term_hi <= 0 else "nonneg"
         else:
             inferred = "real"
+        if inferred != "binary" and C.keeps_binary(self, steps, result):
+            inferred = "binary"
         if produces is None:
             return inferred
         if produces != "advantage" and not _contract_le(inferred, produces):
@@ -674,6 +677,8 @@ class ShaperChecker:
             if node.attr == "*":
                 prods = [x * y for x in (a, b) for y in (c, d) if not (math.isinf(x) and y == 0 or math.isinf(y) and x == 0)]
                 return (min(prods), max(prods)) if prods else (-INF, INF)
+            if C.group_ratio(self, node) is not None:
+                return 0.0, 1.0
             if node.attr == "/" and c > 0 and a >= 0:
                 return 0.0, (b / c if not math.isinf(b) else INF)
             if node.attr == "**" and a >= 1 and d <= 0:
