@@ -5,14 +5,33 @@ Switch with one import:
     from shapec.compat.nemo_rl import LengthPenaltyConfig, apply_group_length_penalties
 
 This module only resolves the config (agent overrides, implicitly enabled global bands), turns
-NeMo-Gym result dicts into arrays, and calls the compiled stdlib shaper
+NeMo-Gym result dicts into arrays (`_nemo_gym_rows.py`), and calls the compiled stdlib shaper
 `shapec/stdlib/nemo_rl.shape::length_penalty`. Every algorithm lives in that spec.
+
+The config accepts and rejects exactly what NeMo-RL's accepts. Where NeMo-RL accepts a value its
+code then fails on, the result here is defined, fails closed and is warned about (`warnings`):
+
+- `top_percentile` outside [0, 1]: where the top-scorer index falls past a group's correct rollouts
+  (NeMo-RL: IndexError) the group has no top scorer, so no shortest bonus and no longest penalty;
+  a value <= 0 keeps only the best score, as NeMo-RL does. NaN or inf: a ParamError when called.
+- `profiled_length_min_samples` below 1 acts as 1: a prompt with no passing profiled rollout gets
+  no profiled penalty (NeMo-RL: StatisticsError).
+
+Bad rows fail the whole call with a BatchError (a ValueError) naming the row and field, and no
+reward is changed: a row without `full_result`, `full_result.reward` or `agent_ref.name`, a reward
+that is not a number (`"1"`, None), a text that is not a string, `profiled_rewards` or
+`profiled_output_lengths` that are not lists of finite numbers, and a listed `profile_band` channel
+that is not a band with finite a < b and 0 <= f <= 1 (NeMo-RL skips a malformed channel and applies
+an f outside [0, 1] as given). `group_size` must be a positive integer (2.5 and True are errors);
+the last group may be shorter, as in NeMo-RL's slicing.
 """
 
 from __future__ import annotations
 
 import difflib
 import logging
+import math
+import warnings
 from typing import Any, Literal, Optional
 
 import numpy as np
@@ -82,6 +101,24 @@ class LengthPenaltyParams(_Block):
     group_length_penalty_profile_gate_channel: Literal["total", "reasoning", "answer"] = "total"
     group_length_penalty_profile_gate_field: Literal["a", "b", "f"] = "a"
     group_length_penalty_profile_gate_positive_only: bool = True
+
+    @model_validator(mode="after")
+    def _warn_fail_closed(self) -> "LengthPenaltyParams":
+        """NeMo-RL's config accepts these values and its code then fails at run time; say what happens here."""
+        tp, ms = self.top_percentile, self.profiled_length_min_samples
+        if not math.isfinite(tp):
+            warnings.warn(f"length_penalty top_percentile {tp} is not a finite number: NeMo-RL fails on it at "
+                          f"run time; the drop-in refuses it with a ParamError when called", stacklevel=2)
+        elif not 0 <= tp <= 1:
+            warnings.warn(f"length_penalty top_percentile {tp} is outside [0, 1]: a group whose top-scorer index "
+                          f"falls past its correct rollouts (NeMo-RL raises IndexError there) gets no shortest "
+                          f"bonus and no longest penalty; a value <= 0 keeps only the best score, as in NeMo-RL",
+                          stacklevel=2)
+        if ms < 1:
+            warnings.warn(f"length_penalty profiled_length_min_samples {ms} is below 1: it acts as 1 (a prompt "
+                          f"without a passing profiled rollout gets no profiled penalty; NeMo-RL raises "
+                          f"StatisticsError there)", stacklevel=2)
+        return self
 
 
 class ProfileBandChannel(_Block):
