@@ -13,7 +13,8 @@ The convention, for page authors:
   page shows, then checks or runs).
 - `<!-- no-run: REASON -->` right before a block skips it; the reason is required.
 
-Each page runs in its own temporary folder holding a copy of `examples/`, blocks in page order,
+Each page runs in its own temporary folder laid out like the checkout (a copy of `examples/` and of
+the git-ignored `out/` folder that documented commands write to), blocks in page order,
 with the interpreter backend (the examples are about results, not kernels). Output is compared
 after exactly these normalisations: the folder's absolute path is removed, trailing spaces of each
 line are dropped, and so are trailing blank lines.
@@ -163,7 +164,8 @@ def _python(b: Block, where: str, work: Path, globs: dict) -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_page_examples_run_and_print_what_the_page_says(page, tmp_path, monkeypatch):
     monkeypatch.setenv("SHAPEC_BACKEND", "interpreter")
-    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    for folder in ("examples", "out"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
     failures = run_page(page, tmp_path)
     assert not failures, "\n\n".join(failures)
 
