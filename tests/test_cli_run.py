@@ -193,12 +193,19 @@ def test_a_clean_rerun_removes_a_stale_rejects_file(tmp_path):
     assert not stale.exists()
 
 
+def _nemo_gym_group_size(rows: list[dict]) -> int:
+    """Rollouts per prompt in the bundled NeMo-Gym rows (run checks the group size against it)."""
+    return sum(1 for r in rows if r["prompt_id"] == rows[0]["prompt_id"])
+
+
 def test_nemo_gym_layout_matches_the_nemo_rl_drop_in(tmp_path):
     from shapec.compat.nemo_rl import apply_group_length_penalties
 
+    rows = read_rows(EXAMPLES / "nemo_gym_rollouts.jsonl")
+    size = _nemo_gym_group_size(rows)
     config = tmp_path / "nemo.yaml"
     config.write_text(
-        "grpo:\n  num_generations_per_prompt: 4\n  length_penalty:\n    default:\n      length_type: chars\n"
+        f"grpo:\n  num_generations_per_prompt: {size}\n  length_penalty:\n    default:\n      length_type: chars\n"
         "      longest_total_penalty: 0.1\n      group_total_length_penalty_coeff: 0.2\n"
         "      group_length_penalty_profile_gate: true\n      profiled_length_penalty: 0.1\n"
         "      profile_band_total: true\n")
@@ -206,13 +213,12 @@ def test_nemo_gym_layout_matches_the_nemo_rl_drop_in(tmp_path):
     proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--data", EXAMPLES / "nemo_gym_rollouts.jsonl",
                "--out", out, "--config", config)
     assert proc.returncode == 0, proc.stderr
-    assert counts(proc.stdout) == (16, 16, 0)
-    rows = read_rows(EXAMPLES / "nemo_gym_rollouts.jsonl")
+    assert counts(proc.stdout) == (len(rows), len(rows), 0)
     reference = copy.deepcopy(rows)
     metrics = apply_group_length_penalties(reference, {"default": {
         "length_type": "chars", "longest_total_penalty": 0.1, "group_total_length_penalty_coeff": 0.2,
         "group_length_penalty_profile_gate": True, "profiled_length_penalty": 0.1, "profile_band_total": True}},
-        group_size=4)
+        group_size=size)
     shaped = read_rows(out)
     assert [r["full_result"]["reward"] for r in shaped] == [r["full_result"]["reward"] for r in reference]
     assert [r["env_reward"] for r in shaped] == [r["full_result"]["reward"] for r in rows]
@@ -224,16 +230,17 @@ def test_nemo_gym_layout_matches_the_nemo_rl_drop_in(tmp_path):
 
 def test_nemo_gym_missing_reward_is_a_bad_row(tmp_path):
     rows = read_rows(EXAMPLES / "nemo_gym_rollouts.jsonl")
+    size = _nemo_gym_group_size(rows)
     del rows[5]["full_result"]["reward"]
     data = write_jsonl(tmp_path / "in.jsonl", rows)
-    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--group-size", 4, "--data", data,
+    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--group-size", size, "--data", data,
                "--out", tmp_path / "o.jsonl")
     assert proc.returncode == 1
     assert "row 6: full_result.reward: expected a number, got nothing (the field is missing)" in proc.stderr
-    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--group-size", 4, "--data", data,
+    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--group-size", size, "--data", data,
                "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip")
     assert proc.returncode == 0, proc.stderr
-    assert counts(proc.stdout) == (16, 12, 4)  # the second group of four goes to the rejects file
+    assert counts(proc.stdout) == (len(rows), len(rows) - size, size)  # row 6's group goes to the rejects
 
 
 def test_usage_errors_exit_2(tmp_path):

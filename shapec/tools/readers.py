@@ -20,12 +20,14 @@ MISSING = object()
 
 
 class BadLine:
-    """A JSONL line that is not a usable row; `field` is where the problem is, when known."""
+    """A JSONL line that is not a usable row; `field` is where the problem is, when known, and
+    `row` the object it parsed to when it did (so its group key is still known)."""
 
-    def __init__(self, text: str, error: str, field: str = "<line>"):
+    def __init__(self, text: str, error: str, field: str = "<line>", row: dict | None = None):
         self.text = text
         self.error = error
         self.field = field
+        self.row = row
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,7 @@ class RowsBlock:
         return len(self.rows)
 
     def keys(self, path: str) -> list:
-        return [get_path(r, path) if isinstance(r, dict) else MISSING for r in self.rows]
+        return [get_path(r.row if isinstance(r, BadLine) else r, path) for r in self.rows]
 
     def slice(self, a: int, b: int) -> "RowsBlock":
         return RowsBlock(self.rows[a:b], self.from_arrow)
@@ -168,9 +170,9 @@ def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
         shown = raw.decode("utf-8", errors="backslashreplace").strip()
         return BadLine(shown, f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at byte offset {offset + err.start} "
                               "of the file)")
-    text = text.strip()
-    if not text:
+    if not text.strip():
         return None
+    text = text.rstrip("\r\n")  # the line as it was, for the rejects file
     try:
         value = json.loads(text)
     except json.JSONDecodeError as err:
@@ -181,11 +183,12 @@ def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
     except ValueError:  # an integer literal past sys.get_int_max_str_digits()
         limit = sys.get_int_max_str_digits()
         try:
-            where, marker = _find(json.loads(text, parse_int=_int_or_marker), _TooLong)
+            value = json.loads(text, parse_int=_int_or_marker)
+            where, marker = _find(value, _TooLong)
         except RecursionError:
             return BadLine(text, f"not readable: an integer of more than {limit} digits, nested deeply")
         return BadLine(text, f"expected a number, got an integer of {marker.digits} digits (more than the "
-                             f"{limit} Python reads)", where)
+                             f"{limit} Python reads)", where, value if isinstance(value, dict) else None)
     if not isinstance(value, dict):
         return BadLine(text, f"expected a JSON object, got {type(value).__name__}")
     return value

@@ -236,7 +236,8 @@ class RejectsWriter:
         for k, (i, reason) in enumerate(rejected):
             row = table_rows[k] if table_rows is not None else block.rows[i]
             record = row.text if isinstance(row, BadLine) else row
-            group = get_path(row, key_path) if key_path and isinstance(row, dict) else None
+            keyed = row.row if isinstance(row, BadLine) else row
+            group = get_path(keyed, key_path) if key_path and isinstance(keyed, dict) else None
             group = None if group is MISSING else group
             entry = {"row": chunk.base + i + 1, "group": group, "reason": reason, "record": record}
             try:
