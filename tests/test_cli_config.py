@@ -152,3 +152,36 @@ def test_time_efficiency_block_on_the_nemo_gym_pipeline(tmp_path):
     cfg.write_text("grpo:\n  time_efficiency:\n    enabled: true\n    lambda_call_bonus: 0.1\n")
     proc = cli("run", "nemo_gym", "--data", data, "--out", out, "--config", cfg)
     assert proc.returncode == 1 and "call_bonus_ref must be a positive number" in proc.stderr
+
+
+def _plan(tmp_path, text):
+    import pytest
+
+    import shapec
+    from shapec.tools.config import build_plan
+    from shapec.tools.spec import ToolError
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    with pytest.raises(ToolError) as err:
+        build_plan(shapec.load("nemo_rl", backend="interpreter").length_penalty, ("length_penalty",), path)
+    return str(err.value), path
+
+
+def test_yaml_syntax_error_names_the_file_line_and_column(tmp_path):
+    message, path = _plan(tmp_path, "length_penalty:\n  longest_total_penalty: [0.2\n")
+    assert message.startswith(f"{path}:3:1: not valid YAML: ") and "<unicode string>" not in message
+
+
+def test_a_key_written_twice_is_an_error(tmp_path):
+    message, path = _plan(tmp_path, "length_penalty:\n  total_bonus: 0.1\n  total_bonus: 0.2\n")
+    assert message == f"{path}:3:3: not valid YAML: duplicate key 'total_bonus' (the later value would silently win)"
+
+
+def test_every_error_of_a_nemo_rl_block_is_reported(tmp_path):
+    message, path = _plan(tmp_path, "grpo:\n  length_penalty:\n    default:\n      top_percentile: lots\n"
+                                    "      total_bonus: [1]\n")
+    assert message.splitlines() == [
+        f"{path}: grpo.length_penalty.default.top_percentile: Input should be a valid number, "
+        f"unable to parse string as a number",
+        f"{path}: grpo.length_penalty.default.total_bonus: Input should be a valid number"]

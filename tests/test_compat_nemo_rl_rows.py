@@ -12,6 +12,7 @@ import warnings
 
 import pytest
 
+from shapec.compat import nemo_rl
 from shapec.compat.nemo_rl import LengthPenaltyConfig, apply_group_length_penalties
 from shapec.runtime.batch import BatchError
 from shapec.runtime.params import ParamError
@@ -182,3 +183,17 @@ def test_min_samples_below_one_acts_as_one(ms):
 def test_min_samples_must_be_an_integer_as_in_nemo_rl():
     with pytest.raises(ValueError, match="profiled_length_min_samples"):
         LengthPenaltyConfig.model_validate({"default": {"profiled_length_min_samples": 2.5}})
+
+
+def test_tokens_without_a_tokenizer_counts_characters_and_warns_once(monkeypatch):
+    monkeypatch.setattr(nemo_rl, "_WARNED_TOKENS", [])
+    cfg = {"default": {"length_type": "tokens", "longest_total_penalty": 0.2}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            results = [row(1, 10), row(1, 30)]
+            apply_group_length_penalties(results, cfg, 2)
+    assert rewards(results) == pytest.approx([1, 0.8])
+    assert [str(w.message) for w in caught] == [
+        "length_penalty length_type is 'tokens' but no tokenizer was passed: lengths are counted in characters "
+        "(as NeMo-RL does); pass tokenizer= to count tokens"]

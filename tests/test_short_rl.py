@@ -202,3 +202,12 @@ def test_load_state_dict_accepts_the_accuracy_range_ends():
 def test_lengths_must_match_the_rewards():
     with pytest.raises(ValueError, match=r"channels\['length'\]: expected 2 values \(one per rollout\), got 1"):
         ShortRL()([1, 1], [1, 1], [100], group_size=2)
+
+
+def test_metrics_of_the_last_step_are_exposed_for_logging():
+    shaper = ShortRL()
+    assert shaper.metrics == {}
+    shaper(*batch(16), group_size=4)  # every correct length is its group's shortest: beta 0.5
+    assert shaper.metrics == {"acc": 0.8, "acc_max": 0.8, "length_reward_mean": 0.5}
+    shaper(*batch(10), group_size=4)
+    assert shaper.metrics == {"acc": 0.5, "acc_max": 0.8, "length_reward_mean": 0.0}

@@ -317,3 +317,11 @@ def test_negative_lambda_and_non_finite_floor_behave_as_nemo_rl():
         rows = [{"full_result": {"reward": 1.0, "openhands_run_time": 600}}]
         apply_te(rows, {"enabled": True, "lambda_time": -0.01, "floor": floor})
         assert rows[0]["full_result"]["reward"] == 1.0 + 0.01 * 10  # 10 minutes at -0.01 per minute
+
+
+def test_an_unknown_key_is_kept_but_warned_about_with_the_closest_key():
+    results = [row(1.0, minutes=30)]
+    with pytest.warns(UserWarning, match=r"grpo\.time_efficiency: unknown key 'lamda_time' ignored; "
+                                         r"did you mean 'lambda_time'\?"):
+        apply_time_efficiency_reward(results, {"enabled": True, "lamda_time": 0.5})
+    assert rewards(results) == [0.5]  # the default lambda_time (1/60 per minute), as NeMo-RL

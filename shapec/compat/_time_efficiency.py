@@ -8,7 +8,9 @@ reads the results into arrays; the reward and every metric come from the compile
 
 from __future__ import annotations
 
+import difflib
 import math
+import warnings
 from typing import Annotated, Any, Literal, Mapping, Sequence
 
 import numpy as np
@@ -41,6 +43,15 @@ class TimeEfficiencyConfig(BaseModel, extra="allow"):
                 "grpo.time_efficiency.call_bonus_ref must be a positive number of tool calls when "
                 "lambda_call_bonus > 0")
         return self
+
+
+def _warn_unknown_keys(config: TimeEfficiencyConfig) -> None:
+    """NeMo-RL keeps and ignores unknown keys of this block; a typo then silently changes nothing, so warn."""
+    known = list(TimeEfficiencyConfig.model_fields)
+    for key in config.model_extra or {}:
+        close = difflib.get_close_matches(str(key), known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
+        warnings.warn(f"grpo.time_efficiency: unknown key {key!r} ignored{hint}", stacklevel=3)
 
 
 def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
@@ -80,6 +91,8 @@ def apply_time_efficiency_reward(
     """
     if isinstance(config, Mapping):
         config = TimeEfficiencyConfig.model_validate(config)
+    if config is not None:
+        _warn_unknown_keys(config)
     if config is None or not config.enabled or not results:
         return {}
     n = len(results)

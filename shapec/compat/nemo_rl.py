@@ -191,6 +191,15 @@ def agent_params(agent: str, cfg: LengthPenaltyConfig, defaults: dict[str, Any])
 
 # ------------------------------------------------------------------------------------------ shaper
 _NON_BINARY_WARNED_AGENTS: set[str] = set()
+_WARNED_TOKENS = []  # non-empty once the tokens-without-tokenizer warning was given
+
+
+def _warn_tokens_without_tokenizer() -> None:
+    """NeMo-RL counts characters when length_type is tokens and no tokenizer is passed; say so, once."""
+    if not _WARNED_TOKENS:
+        _WARNED_TOKENS.append(True)
+        warnings.warn("length_penalty length_type is 'tokens' but no tokenizer was passed: lengths are counted "
+                      "in characters (as NeMo-RL does); pass tokenizer= to count tokens", stacklevel=3)
 
 
 def length_penalty_shaper(backend: str | None = None, parallel: bool | None = None):
@@ -267,6 +276,8 @@ def apply_group_length_penalties(
                 memo[agent] = agent_params(agent, cfg, defaults)
             per_group.append(memo[agent])
 
+    if tokenizer is None and any(p["enabled"] and p["length_type"] == "tokens" for p in per_group):
+        _warn_tokens_without_tokenizer()
     components = np.array([1.0 if full.get("reward_components") else 0.0 for full in fulls])
     low_effort = np.array([1.0 if row.get("low_effort_applied") else 0.0 for row in results])
     reasoning, answer = row_lengths(results, starts, group_size, per_group, tokenizer)

@@ -30,11 +30,17 @@ class ShortRL:
         self._shaper = load("short_rl", backend=default_backend())["short_rl"]
         self._params = validate_params(self._shaper.ir, {"tau_l": tau_l, "tau_acc": tau_acc, "alpha": alpha})
         self._switch_on = False
+        self._metrics: dict[str, float] = {}
 
     @property
     def acc_max(self) -> float:
         """The best batch accuracy seen so far (0 before the first step)."""
         return self._shaper.state_dict()["short_rl"]["acc_max"]
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The last step's `acc`, `acc_max` and `length_reward_mean`, for logging ({} before the first)."""
+        return dict(self._metrics)
 
     @property
     def switch_on(self) -> bool:
@@ -56,6 +62,7 @@ class ShortRL:
             channels={"correct": correct, "length": lengths}, params=self._params,
         )
         self._switch_on = "open" in out.gates["stable_switch"]
+        self._metrics = {k: float(v) for k, v in out.metrics.items()}
         return out.rewards
 
     def state_dict(self) -> dict[str, float]:

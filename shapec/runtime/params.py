@@ -104,7 +104,8 @@ def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str =
     except ValidationError as err:
         first = err.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        raise ParamError(f"{where}param {loc!r} of shaper {ir.name!r}: {first['msg']}") from None
+        got = f", got {first['input']!r}" if "input" in first and first["type"] != "missing" else ""
+        raise ParamError(f"{where}param {loc!r} of shaper {ir.name!r}: {first['msg']}{got}") from None
     return model.model_dump()
 
 

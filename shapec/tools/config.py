@@ -107,11 +107,14 @@ def _load_config(plan: ParamPlan, path: Path, module_names: tuple[str, ...]) -> 
     import yaml
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=_unique_key_loader())
     except OSError as err:
         raise ToolError(f"{path}: cannot read config ({err.strerror})") from None
     except yaml.YAMLError as err:
-        raise ToolError(f"{path}: not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err)
+        raise ToolError(f"{where}: not valid YAML: {problem}") from None
     if data is None:
         return
     if not isinstance(data, Mapping):
@@ -170,11 +173,31 @@ def _mapping(value: Any, where: str) -> dict:
     return dict(value)
 
 
+def _unique_key_loader():
+    """A safe YAML loader on which a key written twice in one mapping is an error, not last-wins."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (the later value would silently win)", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
 def _first_error(err, where: str) -> ToolError:
-    first = err.errors()[0]
-    loc = ".".join(str(x) for x in first["loc"])
-    msg = first["msg"].removeprefix("Value error, ")
-    return ToolError(f"{where}{'.' + loc if loc else ''}: {msg}")
+    """Every error of a block at once, one line each with its key path."""
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(x) for x in e["loc"])
+        lines.append(f"{where}{'.' + loc if loc else ''}: {e['msg'].removeprefix('Value error, ')}")
+    return ToolError("\n".join(lines))
 
 
 def _load_length_penalty(plan: ParamPlan, path: Path, stage: str, block: Any) -> None:
