@@ -140,7 +140,7 @@ def test_generated_module_is_readable_python():
 
 
 def test_pipeline_is_one_module_with_a_kernel_per_stage(cache):
-    mod = shapec.compile_file(ROOT / "examples" / "grpo_lead.shape", backend="interpreter")
+    mod = shapec.compile_file(ROOT / "shapec" / "stdlib" / "grpo_lead.shape", backend="interpreter")
     source = lower.emit_python(mod.ir("grpo_lead"))
     assert "def kernel_s0_lead_reward(" in source and "def kernel_s1_lead_advantage(" in source
     kernels = build.load_kernels(mod.ir("grpo_lead"))
@@ -350,17 +350,17 @@ def test_pickled_numba_shaper_runs_in_another_process(tmp_path):
 
 # ------------------------------------------------------------------ CLI
 def test_cli_compile_prints_the_module(capsys):
-    path = ROOT / "examples" / "dapo_overlong.shape"
-    assert main(["compile", str(path), "--shaper", "dapo_overlong", "--emit", "python"]) == 0
+    path = ROOT / "shapec" / "stdlib" / "dapo.shape"
+    assert main(["compile", str(path), "--shaper", "overlong", "--emit", "python"]) == 0
     printed = capsys.readouterr().out
-    ir = shapec.compile_file(path, backend="interpreter").ir("dapo_overlong")
+    ir = shapec.compile_file(path, backend="interpreter").ir("overlong")
     assert printed == lower.emit_python(ir)
 
 
 def test_cli_compile_unknown_shaper(capsys):
-    path = ROOT / "examples" / "dapo_overlong.shape"
-    assert main(["compile", str(path), "--shaper", "dapo_overlng"]) == 2
-    assert "has no shaper or pipeline 'dapo_overlng'; did you mean 'dapo_overlong'?" in capsys.readouterr().err
+    path = ROOT / "shapec" / "stdlib" / "dapo.shape"
+    assert main(["compile", str(path), "--shaper", "overlng"]) == 2
+    assert "has no shaper or pipeline 'overlng'; did you mean 'overlong'?" in capsys.readouterr().err
 
 
 def test_cli_check_does_not_import_numba():

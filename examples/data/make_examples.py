@@ -1,7 +1,10 @@
 """Generate the bundled example rollouts (deterministic): `python examples/data/make_examples.py`.
 
 rollouts.jsonl            flat layout: prompt_id, reward, reasoning/answer lengths in tokens,
-                          low_effort, and per-prompt profile_band / profiled metadata
+                          low_effort, and per-prompt profile_band / profiled metadata; for the
+                          examples and the stdlib's length shapers also length (reasoning + answer),
+                          flagged (= low_effort), budget_band (the total band) and history
+                          (profiled, as passed/length)
 nemo_gym_rollouts.jsonl   NeMo-Gym result rows: full_result.reward and full_result.response.output
                           (reasoning and message items), metadata at the row's top level
 nemo_rl_config.yaml       a NeMo-RL `grpo.length_penalty` block to run them with
@@ -58,8 +61,17 @@ def flat_rows(rng: random.Random) -> list[dict]:
             rows.append({
                 "prompt_id": pid, "sample": k, "reward": rewards[k], "reasoning": reasoning, "answer": answer,
                 "low_effort": low_effort and k == 0, "profile_band": band, "profiled": profiled,
+                **_example_columns(reasoning + answer, low_effort and k == 0, band, profiled),
             })
     return rows
+
+
+def _example_columns(length: int, flagged: bool, band: dict | None, profiled: dict | None) -> dict:
+    """The columns examples/*.shape and the stdlib's length shapers read, derived without drawing."""
+    history = None if profiled is None else {"passed": [r > 0 for r in profiled["reward"]],
+                                             "length": profiled["length"]}
+    return {"length": length, "flagged": flagged, "budget_band": None if band is None else band["total"],
+            "history": history}
 
 
 def _text(rng: random.Random, chars: int) -> str:
@@ -73,11 +85,11 @@ def _text(rng: random.Random, chars: int) -> str:
 
 
 def nemo_gym_rows(rng: random.Random) -> list[dict]:
-    """Four prompts of four rollouts; lengths here are characters (NeMo-RL without a tokenizer)."""
+    """Four prompts of GYM_GROUP rollouts; lengths here are characters (NeMo-RL without a tokenizer)."""
     rows = []
     for pid, _, acc, typical, band, low_effort in GROUPS[:4]:
         profiled = _profiled(rng, typical, acc) if band is not None else None
-        for k in range(4):
+        for k in range(GYM_GROUP):
             reward = 1.0 if rng.random() < max(acc, 0.25) else 0.0
             reasoning, answer = _lengths(rng, typical / 4)
             output = [
@@ -101,6 +113,8 @@ def nemo_gym_rows(rng: random.Random) -> list[dict]:
             rows.append(row)
     return rows
 
+
+GYM_GROUP = 4  # rollouts per prompt (the config says 8: issue #16, pending the tests and docs that assume 4)
 
 CONFIG = """\
 # A NeMo-RL config block, accepted as it is by `shapec run --config`.
