@@ -3,6 +3,7 @@ extension builds (numba.pycc), and the argument recipe each kernel is called wit
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.machinery
@@ -13,25 +14,19 @@ import os
 import platform
 import shutil
 import sys
-import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from . import cache
+from .cache import cache_dir
 from .ir import PipelineIR, ShaperIR
 from .lower import Arg, ShapecInternalError, StageLowering, _header, _lower_all
 
 log = logging.getLogger("shapec")
-
-
-def cache_dir() -> Path:
-    """SHAPEC_CACHE_DIR, else $XDG_CACHE_HOME/shapec, else ~/.cache/shapec."""
-    if os.environ.get("SHAPEC_CACHE_DIR"):
-        return Path(os.environ["SHAPEC_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "shapec"
 
 
 def numba_version() -> str:
@@ -102,10 +97,7 @@ def _ensure_file(path: Path, body: str) -> None:
             return
     except (OSError, UnicodeDecodeError):
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(expected)
-    os.replace(tmp, path)
+    cache.write_atomic(path, expected.encode())
     STATS["written"] += 1
     _MODULES.pop(str(path), None)
 
@@ -128,6 +120,9 @@ def _import(path: Path, ir: ShaperIR | PipelineIR):
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
+    except OSError:  # the disk: load_kernels falls back to a private cache
+        sys.modules.pop(name, None)
+        raise
     except Exception as err:  # numba typing, lowering or any other failure: a shapec bug
         sys.modules.pop(name, None)
         raise _internal_error(ir, path, err) from err
@@ -144,10 +139,15 @@ def _jit_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLoweri
         fn = getattr(module, f"kernel_{low.fname}")
         try:
             fn.compile(getattr(module, f"SIG_{low.fname}"))
-        except Exception as err:
+        except OSError:
+            raise
+        except Exception as err:  # including an unreadable numba cache: load_kernels purges and retries once
             raise _internal_error(ir, path, err) from err
         fns.append(fn)
     return fns
+
+
+_DLOPENED: set[str] = set()  # extension paths this process has loaded (or tried to)
 
 
 def _load_extension(so: Path):
@@ -156,14 +156,27 @@ def _load_extension(so: Path):
     if key in _MODULES:
         return _MODULES[key]
     try:
-        if hashlib.sha256(so.read_bytes()).hexdigest() != _digest_path(so).read_text().strip():
+        data = so.read_bytes()
+        if hashlib.sha256(data).hexdigest().encode() != _digest_path(so).read_bytes().strip():
             return None
-        spec = importlib.util.spec_from_file_location(_extension_name(so), so)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        if key not in _DLOPENED:
+            _DLOPENED.add(key)
+            module = _exec_extension(so)
+        else:  # the dynamic loader would hand back what it mapped from this path before: load a copy
+            with cache.build_folder(so.parent) as folder:
+                copy = folder / so.name
+                copy.write_bytes(data)
+                module = _exec_extension(copy)
     except (OSError, ImportError):
         return None
     _MODULES[key] = module
+    return module
+
+
+def _exec_extension(so: Path):
+    spec = importlib.util.spec_from_file_location(_extension_name(so), so)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 
@@ -199,31 +212,61 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
         _compile_into(cc, so)
     except NumbaError as err:
         raise _internal_error(ir, path, err) from err
-    except Exception as err:  # no compiler, no Python headers, an unwritable cache: not a shapec bug
+    except OSError as err:
+        if err.errno in cache.DISK_ERRNOS:  # load_kernels moves to a private cache
+            raise
+        _fall_back(f"building {so.name} failed ({type(err).__name__}: {err})")
+        return False
+    except Exception as err:  # no compiler, no Python headers: not a shapec bug
         _fall_back(f"building {so.name} failed ({type(err).__name__}: {err})")
         return False
     STATS["built"] += 1
     return True
 
 
+_BUILD_LOCK = threading.Lock()
+
+
+class _TempfileIn:
+    """numba.pycc makes its build folder with tempfile.mkdtemp(); this puts it inside ours, so it
+    goes when ours does (or, after a kill -9, when the next build sweeps ours)."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+
+    def mkdtemp(self, suffix=None, prefix=None, dir=None):
+        import tempfile
+
+        return tempfile.mkdtemp(suffix, prefix, str(self.folder))
+
+    def __getattr__(self, name):
+        import tempfile
+
+        return getattr(tempfile, name)
+
+
 def _compile_into(cc, so: Path) -> None:
-    """Build in a private directory beside the target, then move the extension and its digest
+    """Build in a private folder beside the target, then move the extension and its digest
     into place, so that no reader ever sees half a file."""
-    with tempfile.TemporaryDirectory(dir=so.parent) as tmp:
-        cc.output_dir = tmp
-        try:
-            cc.compile()
-        except Exception:  # numba leaves its build directory behind when the compiler fails
-            for leftover in Path(tempfile.gettempdir()).glob(f"pycc-build-{_extension_name(so)}-*"):
-                shutil.rmtree(leftover, ignore_errors=True)
-            raise
-        built = Path(tmp) / so.name
+    import numba.pycc.cc as pycc
+
+    with _BUILD_LOCK, cache.build_folder(so.parent) as tmp, _patched(pycc, "tempfile", _TempfileIn(tmp)):
+        cc.output_dir = str(tmp)
+        cc.compile()
+        built = tmp / so.name
         digest = hashlib.sha256(built.read_bytes()).hexdigest()
         os.replace(built, so)
-    sidecar = _digest_path(so)
-    pending = sidecar.with_suffix(f".{os.getpid()}.tmp")
-    pending.write_text(digest)
-    os.replace(pending, sidecar)
+    cache.write_atomic(_digest_path(so), digest.encode())
+
+
+@contextlib.contextmanager
+def _patched(module, name: str, value):
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
 
 
 def _fall_back(reason: str) -> None:
@@ -241,7 +284,10 @@ def _aot_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLoweri
         module = _load_extension(so)
         if module is None:
             raise ShapecInternalError(f"internal error: the extension just built for {ir.name!r} ({so}) does not load")
-    return [getattr(module, f"kernel_{low.fname}") for low in stages]
+    try:
+        return [getattr(module, f"kernel_{low.fname}") for low in stages]
+    except AttributeError as err:  # a foreign extension under this name: load_kernels purges and rebuilds
+        raise ShapecInternalError(f"internal error: {so} is not the extension of {ir.name!r} ({err})") from err
 
 
 @dataclass
@@ -251,9 +297,11 @@ class Kernel:
     ir: ShaperIR
     fn: object
     args: tuple[Arg, ...]
+    parallel: bool = False
 
     def __post_init__(self):
         ir = self.ir
+        self.lock = _PARALLEL_LOCK if self.parallel and _serial_calls() else contextlib.nullcontext()
         self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
         self.getters = [_getter(a, tuple(s for s, _ in ir.states)) for a in self.args if not a.source.startswith("out")]
 
@@ -272,7 +320,8 @@ class Kernel:
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
         values = [get(batch, params, state) for get in self.getters]
-        state_out, bad_i, bad_g = self.fn(*values, out, terms, factors, skip, gates, metrics)
+        with self.lock:
+            state_out, bad_i, bad_g = self.fn(*values, out, terms, factors, skip, gates, metrics)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
@@ -327,11 +376,68 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     parallel=True runs chunks of groups on numba's threads (prange) for batches of at least
     PARALLEL_MIN_ROLLOUTS rollouts; the results are the same bit for bit, since each group is
     still computed by one thread in the same order.
+
+    A cache entry that does not load (a garbage module, numba index or extension) is purged and
+    built again once; only a failure after that is a shapec bug. A cache folder that cannot be
+    written (read-only, full, not ours) is replaced by a private temporary one, with a warning.
     """
     source, stages = _lower_all(ir, parallel)
+    if parallel:
+        fork_safe_threading()
+    for _ in range(2):  # the configured folder, then (once) a private one
+        try:
+            fns = _healed_kernels(ir, source, stages, parallel)
+            break
+        except cache.KernelCacheError:
+            raise
+        except OSError as err:
+            cache.fall_back(err)  # raises KernelCacheError when already on the private folder
+    return [Kernel(low.ir, fn, tuple(low.args), parallel) for low, fn in zip(stages, fns)]
+
+
+def _healed_kernels(ir, source: str, stages: list[StageLowering], parallel: bool) -> list:
     path = module_path(ir, source)
+    try:
+        return _kernels(path, ir, source, stages, parallel)
+    except ShapecInternalError as err:
+        log.warning("shapec: the cached kernels of %r (%s) did not load (%s); purged them and building again",
+                    ir.name, path.name, err.__cause__ or err)
+        _forget(path)
+        cache.purge(path, extension_path(path))
+        return _kernels(path, ir, source, stages, parallel)
+
+
+def _kernels(path: Path, ir, source: str, stages: list[StageLowering], parallel: bool) -> list:
     _ensure_file(path, source)
     fns = _aot_kernels(path, ir, stages) if not parallel and aot_enabled() else None
     if fns is None:  # parallel kernels need numba's threading layer, which pycc cannot build
         fns = _jit_kernels(path, ir, stages)
-    return [Kernel(low.ir, fn, tuple(low.args)) for low, fn in zip(stages, fns)]
+    return fns
+
+
+def _forget(path: Path) -> None:
+    """Drop this process's copies of a cache entry, so the next load reads the rebuilt one."""
+    _MODULES.pop(str(path), None)
+    _MODULES.pop(str(extension_path(path)), None)
+    sys.modules.pop(f"shapec_kernels_{path.stem}", None)
+
+
+_PARALLEL_LOCK = threading.Lock()
+
+
+def fork_safe_threading() -> None:
+    """Parallel kernels run on a threading layer that survives fork(): tbb when installed, else
+    numba's workqueue (GNU OpenMP kills a child forked after it ran). NUMBA_THREADING_LAYER, when
+    set, is the user's choice and is kept. See docs/lowering.md, "Threads and fork"."""
+    import numba
+
+    if os.environ.get("NUMBA_THREADING_LAYER") or numba.config.THREADING_LAYER not in ("default", ""):
+        return
+    numba.config.THREADING_LAYER = "tbb" if importlib.util.find_spec("tbb") else "workqueue"
+
+
+def _serial_calls() -> bool:
+    """workqueue aborts the process when two threads launch parallel kernels at once: serialise them."""
+    import numba
+
+    return numba.config.THREADING_LAYER == "workqueue"
