@@ -52,6 +52,9 @@ def add_commands(sub) -> None:
                    help="with a group size: shape a last group with fewer rows (default: an error when the "
                         "group size does not divide the rows)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    p.add_argument("--engine", choices=("local", "ray"), default="local",
+                   help="shape chunks in this process, or on Ray workers ($RAY_ADDRESS names a cluster; "
+                        "default: local)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("explain", help="show, group by group, what a shaper does to each rollout")
@@ -180,8 +183,11 @@ def cmd_run(args) -> int:
         with sigterm_as_interrupt():
             _, shaper, plan = _setup(args)
             layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)
+            engine = None
+            if args.engine == "ray":
+                from .ray_engine import shape_chunks as engine
             report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
-                              args.on_bad_row, progress=not args.no_progress)
+                              args.on_bad_row, progress=not args.no_progress, engine=engine)
     except OutputError as err:
         print(f"shapec run: {err}", file=sys.stderr)
         return 2

@@ -197,8 +197,11 @@ def refuse_overwriting_input(data: Path, out: Path, rejects: Path) -> None:
 
 
 def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, chunk_rows: int,
-             on_bad_row: str, progress: bool = True) -> RunReport:
+             on_bad_row: str, progress: bool = True, engine=None) -> RunReport:
     """Shape every group of `data` into `out`; reject bad groups into `<out stem>.rejects.jsonl`.
+
+    `engine(shaper, plan, layout, chunks, on_bad_row)` yields (chunk, outcome) in order in place of
+    the local loop (ray_engine.shape_chunks).
 
     Both files appear only when the whole input has been shaped; on any error or interruption the
     temporary files are removed and whatever `out` and the rejects file held before stays.
@@ -219,8 +222,10 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
         rejects = RejectsWriter(rejected_to)
         writer.start()
         rejects.start()
-        for chunk in iter_chunks(blocks, grouping, chunk_rows):
-            outcome = shape_chunk(shaper, plan, layout, chunk, on_bad_row)
+        chunks = iter_chunks(blocks, grouping, chunk_rows)
+        shaped = ((c, shape_chunk(shaper, plan, layout, c, on_bad_row)) for c in chunks) if engine is None \
+            else engine(shaper, plan, layout, chunks, on_bad_row)
+        for chunk, outcome in shaped:
             writer.write(chunk, outcome)
             rejects.write(chunk, outcome.rejected, grouping.key)
             report.rows_in += len(chunk.block)

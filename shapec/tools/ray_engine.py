@@ -1,0 +1,95 @@
+"""`shapec run --engine ray`: the local engine's reading, validation, chunks, writers and summary,
+with the chunks shaped on Ray workers.
+
+The local engine shapes one chunk (whole prompt groups, up to --chunk-rows rows) at a time, and
+batch-level values (`batch.mean(...)`, metrics) are computed per chunk. To write exactly what the local
+engine writes, row for row, the Ray engine shapes the same chunks: the driver reads and cuts them with
+the local readers (so every data error is the same), Ray Data groups them by chunk number
+(`groupby("chunk").map_groups`, so a prompt group is never split across workers) and a callable class
+that unpickles the compiled shaper once per worker shapes each with the local `shape_chunk`; the driver
+writes the outcomes back in chunk order. A stateful spec (`state`) carries its state from one chunk to
+the next, which chunks shaped side by side cannot do: it is refused.
+"""
+
+from __future__ import annotations
+
+import pickle
+from itertools import islice
+from typing import Iterator
+
+from .spec import ToolError
+
+WINDOW = 32  # chunks per Ray Data job: bounds the driver's memory to that many chunks
+
+
+class StatefulSpecError(ToolError):
+    """--engine ray with a spec whose state moves from chunk to chunk."""
+
+
+class _ShapeChunks:
+    """The map_groups callable class: one per worker, holding the unpickled shaper."""
+
+    def __init__(self, payload: bytes):
+        from . import rundata
+
+        self.shape_chunk = rundata.shape_chunk
+        self.shaper, self.plan, self.layout, self.on_bad_row = pickle.loads(payload)
+
+    def __call__(self, batch):
+        import numpy as np
+
+        outcomes = []
+        for blob in batch["payload"]:
+            chunk = pickle.loads(blob)
+            try:
+                outcome = (self.shape_chunk(self.shaper, self.plan, self.layout, chunk, self.on_bad_row), None)
+            except Exception as err:  # re-raised by the driver, in chunk order, as the local engine would
+                outcome = (None, err)
+            outcomes.append(pickle.dumps(outcome))
+        return {"chunk": batch["chunk"], "outcome": np.array(outcomes, dtype=object)}
+
+
+def check_stateless(shaper) -> None:
+    state = shaper.state_dict()
+    if state:
+        names = ", ".join(f"{stage}.{k}" for stage, values in state.items() for k in values)
+        raise StatefulSpecError(f"--engine ray: {shaper.name} keeps state from one chunk to the next ({names}); "
+                                f"chunks shaped in parallel cannot carry it: use --engine local")
+
+
+def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str) -> Iterator:
+    """(chunk, outcome) in input order, as rundata.run_file's local loop makes them."""
+    try:
+        import ray
+    except ImportError:
+        raise ToolError("--engine ray needs Ray: pip install 'shapec[ray]'") from None
+    check_stateless(shaper)
+    if not ray.is_initialized():
+        ray.init(log_to_driver=False, configure_logging=False)  # RAY_ADDRESS, if set, names the cluster
+    payload = pickle.dumps((shaper, plan, layout, on_bad_row))
+    while True:
+        window, failure = [], None
+        try:
+            window.extend(islice(chunks, WINDOW))
+        except Exception as err:  # a read error after these chunks: theirs come first
+            failure = err
+        if window:
+            yield from _shape_window(ray, window, payload)
+        if failure is not None:
+            raise failure
+        if len(window) < WINDOW:
+            return
+
+
+def _shape_window(ray, window: list, payload: bytes) -> Iterator:
+    items = [{"chunk": i, "payload": pickle.dumps(chunk)} for i, chunk in enumerate(window)]
+    shaped = (ray.data.from_items(items)
+              .groupby("chunk")
+              .map_groups(_ShapeChunks, fn_constructor_args=(payload,), batch_format="numpy",
+                          concurrency=(1, max(1, min(len(window), int(ray.available_resources().get("CPU", 1)))))))
+    outcomes = {int(row["chunk"]): pickle.loads(row["outcome"]) for row in shaped.take_all()}
+    for i, chunk in enumerate(window):
+        outcome, err = outcomes[i]
+        if err is not None:
+            raise err
+        yield chunk, outcome
