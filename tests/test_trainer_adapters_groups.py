@@ -95,3 +95,15 @@ def test_lengths_and_keys_must_match_rewards():
     with pytest.raises(ValueError, match=r"column 'length' has 1 values for 2 rollouts"):
         shape_by_group(KIMI, [1, 1], [0, 0], lengths=[1, 2], columns={"length": [1]})
     assert np.isfinite(shape_by_group(KIMI, [1, 1], [0, 0], lengths=[1, 2]).rewards).all()
+
+
+def test_ray_engine_without_ray_names_the_extra(tmp_path):
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"prompt_id": "a", "reward": 1, "length": 10}\n')
+    code = ("import sys; sys.modules['ray'] = None; from shapec import cli; "
+            f"sys.exit(cli.main(['run', 'kimi', '--data', {str(data)!r}, '--out', {str(tmp_path / 'o.jsonl')!r}, "
+            "'--engine', 'ray', '--backend', 'interpreter', '--no-progress']))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert out.stderr == "shapec: error: --engine ray needs Ray: pip install 'shapec[ray]'\n"
+    assert not (tmp_path / "o.jsonl").exists()
