@@ -12,7 +12,6 @@ import importlib.util
 import logging
 import os
 import platform
-import shutil
 import sys
 import threading
 import warnings
