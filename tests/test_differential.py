@@ -74,7 +74,8 @@ def random_meta(spec, G: int, rng: random.Random):
             row = {}
             for fname, ftype in spec.fields:
                 if ftype == "band":
-                    row[fname] = random_band_block(rng)
+                    if (block := random_band_block(rng)) is not None:  # a null key is a malformed band
+                        row[fname] = block
                 elif rng.random() < 0.8:
                     row[fname] = float(rng.randint(0, 6))
             rows.append(None if rng.random() < 0.1 else row)

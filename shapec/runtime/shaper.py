@@ -16,7 +16,7 @@ from ..compiler.ir import PipelineIR, ShaperIR
 from .batch import Batch, make_batch
 from .interp import Interpreter, StageOutput
 from .params import ParamError, mapping_of_params, param_arrays, params_model
-from .validate import finite, is_number, numeric, show
+from .validate import BatchError, is_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -274,7 +274,9 @@ class CompiledShaper:
         if env_rewards is None:
             env_rewards = batch.rewards.copy()
         else:
-            env_rewards = finite("env_rewards", numeric("env_rewards", env_rewards, batch.n))
+            env_rewards = numeric("env_rewards", env_rewards, batch.n)
+            if not np.isfinite(env_rewards).all():
+                raise BatchError(f"env_rewards: not finite at index {int(np.flatnonzero(~np.isfinite(env_rewards))[0])}")
         stage_params = self._stage_params(params)
         arrays = [param_arrays(ir, values, batch.groups) for (ir, _), values in zip(self.stages, stage_params)]
         with self._lock:
