@@ -271,3 +271,16 @@ def test_parallel_numba_run_matches_the_interpreter(tmp_path):
         got[backend] = [r["reward"] for r in read_rows(out)]
     assert got["numba"] == got["interpreter"]
     assert sum(1 for r in got["numba"] if r == 0.75) > 500
+
+
+def test_bundled_nemo_gym_rows_agree_with_the_bundled_config(tmp_path):
+    """Issue #16: the config's 8 generations per prompt are the rows' groups, one prompt each."""
+    rows = read_rows(EXAMPLES / "nemo_gym_rollouts.jsonl")
+    out = tmp_path / "o.jsonl"
+    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--config", EXAMPLES / "nemo_rl_config.yaml",
+               "--data", EXAMPLES / "nemo_gym_rollouts.jsonl", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert counts(proc.stdout) == (32, 32, 0)
+    assert "groups: 4 in, 4 shaped" in proc.stdout
+    ids = [r["prompt_id"] for r in rows]
+    assert all(len(set(ids[k:k + 8])) == 1 for k in range(0, len(ids), 8))

@@ -114,7 +114,7 @@ def nemo_gym_rows(rng: random.Random) -> list[dict]:
     return rows
 
 
-GYM_GROUP = 4  # rollouts per prompt (the config says 8: issue #16, pending the tests and docs that assume 4)
+GYM_GROUP = 8  # rollouts per prompt, as the bundled config's num_generations_per_prompt
 
 CONFIG = """\
 # A NeMo-RL config block, accepted as it is by `shapec run --config`.
