@@ -577,11 +577,11 @@ class StageLowering:
 
     # ------------------------------------------------------------ statements
     def lower(self) -> str:
-        ir, o = self.ir, self.out
+        ir = self.ir
         self.in_metrics = False
         metric_keys = {self.key(n) for _, m in ir.metrics for n in _walk(m) if n.op == "reduce"}
         self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in _walk(m) if n.op == "ref" and n.attr[0] == "var"}
-        self.stored: dict[tuple, str] = {k: "" for k in metric_keys}
+        self.stored: dict[int, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
         self.selection_ops: dict[tuple, list[str]] = {}  # selection -> the reductions reading it
         reductions = {self.key(n): n for node in _steps_nodes(ir) for n in _walk(node) if n.op == "reduce"}
