@@ -65,6 +65,15 @@ def test_the_optional_exceed_is_declared_with_the_papers_default():
     assert spec["exceed"].optional and spec["exceed"].default == -10.0
 
 
+def test_the_exceed_default_applies_unless_set_to_none(cosine):
+    """An optional param's declared default is its value when the caller gives none."""
+    by_default = cosine([1.0, 0.0], group_size=2, channels={"length": [100, 150]}, params={"max_length": 100})
+    assert by_default.rewards.tolist() == [-10.0, -10.0]
+    unset = cosine([1.0, 0.0], group_size=2, channels={"length": [100, 150]},
+                   params={"max_length": 100, "exceed": None})
+    assert unset.rewards.tolist() == pytest.approx([1.0, -5.0], abs=1e-12)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_matches_the_paper_formula(cosine, seed):
     rng = random.Random(seed)

@@ -64,7 +64,7 @@ def _field(spec: ParamSpec, shaper: str):
         base = int if spec.kind == "int" else float
         typ = Annotated[base, Field(allow_inf_nan=False, **bounds)] if base is float else Annotated[base, Field(**bounds)]
     if spec.optional:
-        return (Optional[typ], None)
+        return (Optional[typ], spec.default)  # None unless the spec gives a default (`exceed: float? = -10`)
     if spec.required:
         return (typ, ...)
     if spec.kind in ("int", "float") and not math.isfinite(spec.default):
