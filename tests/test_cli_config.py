@@ -185,3 +185,39 @@ def test_every_error_of_a_nemo_rl_block_is_reported(tmp_path):
         f"{path}: grpo.length_penalty.default.top_percentile: Input should be a valid number, "
         f"unable to parse string as a number",
         f"{path}: grpo.length_penalty.default.total_bonus: Input should be a valid number"]
+
+
+def _miles_plan_errors(tmp_path, text) -> tuple[list[str], Path]:
+    import pytest
+
+    import shapec
+    from shapec.tools.config import build_plan, module_keys
+    from shapec.tools.spec import ToolError
+
+    module = shapec.load("miles", backend="interpreter")
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    with pytest.raises(ToolError) as err:
+        build_plan(module.length_penalty, module_keys(module), path)
+    return str(err.value).splitlines(), path
+
+
+def test_a_typo_in_another_shapers_block_is_an_error(tmp_path):
+    lines, path = _miles_plan_errors(tmp_path, "length_penalty:\n  coeff: 1\ngrpo_advantage:\n  normalise_std: false\n")
+    assert lines == [f"{path}: grpo_advantage.normalise_std: unknown param of 'grpo_advantage'; "
+                     f"did you mean 'normalize_std'?; valid keys: normalize_std"]
+
+
+def test_every_error_of_a_config_is_reported_at_once_with_its_key_path(tmp_path):
+    lines, path = _miles_plan_errors(
+        tmp_path, "length_penalty:\n  coeff: -1\nlength_penalti: {}\ngrpo_advantage:\n  normalise_std: false\n")
+    assert lines[0] == (f"{path}: unknown key 'length_penalti'; did you mean 'length_penalty'?; "
+                        f"valid keys: length_penalty, grpo_advantage, grpo")
+    assert lines[1].startswith(f"{path}: grpo_advantage.normalise_std: unknown param")
+    assert lines[2].startswith(f"{path}: length_penalty: ") and "coeff" in lines[2] and "-1" in lines[2]
+    assert len(lines) == 3
+
+
+def test_an_unknown_top_level_key_lists_every_accepted_key(tmp_path):
+    lines, path = _miles_plan_errors(tmp_path, "zzz: {}\n")
+    assert lines == [f"{path}: unknown key 'zzz'; valid keys: length_penalty, grpo_advantage, grpo"]

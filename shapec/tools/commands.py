@@ -11,14 +11,14 @@ class UsageError(Exception):
     """Bad arguments or unreadable files: exit status 2."""
 
 
-def _spec_args(p: argparse.ArgumentParser) -> None:
+def _spec_args(p: argparse.ArgumentParser, default_backend: str = "$SHAPEC_BACKEND or numba") -> None:
     p.add_argument("spec", help="a .shape file, or a stdlib module name such as nemo_rl")
     p.add_argument("--shaper", help="shaper or pipeline to use (default: the only one, or the only pipeline)")
     p.add_argument("--config", help="YAML params: shaper/stage names -> params, or a NeMo-RL config with grpo:")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override one param (YAML value; STAGE.KEY for a pipeline stage); repeatable")
     p.add_argument("--backend", choices=("numba", "interpreter"),
-                   help="execution backend (default: $SHAPEC_BACKEND or numba)")
+                   help=f"execution backend (default: {default_backend})")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=None,
                    help="numba kernels on all cores for large chunks (default: $SHAPEC_PARALLEL or off)")
 
@@ -37,6 +37,10 @@ def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--agent-by", metavar="PATH",
                    help="where a row names its agent, for agent_overrides (default: agent_ref.name for "
                         "nemo-gym, agent for flat)")
+
+
+# explain and plot shape a few groups: the interpreter answers at once, where a first numba compile takes seconds
+SMALL_INPUTS_BACKEND = "interpreter"
 
 
 def add_commands(sub) -> None:
@@ -58,7 +62,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("explain", help="show, group by group, what a shaper does to each rollout")
-    _spec_args(p)
+    _spec_args(p, SMALL_INPUTS_BACKEND)
     _data_args(p, required=True)
     p.add_argument("--group", action="append", default=[], metavar="ID",
                    help="only this group (its key, or its 0-based index with --group-size); repeatable")
@@ -68,7 +72,7 @@ def add_commands(sub) -> None:
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("plot", help="plot shaped reward against length (and length distributions with --data)")
-    _spec_args(p)
+    _spec_args(p, SMALL_INPUTS_BACKEND)
     _data_args(p, required=False)
     p.add_argument("--out", required=True, help="image file (.png, .svg or .pdf)")
     p.add_argument("--channel", help="the input swept on the x axis (default: the first length input)")
@@ -119,13 +123,13 @@ def _need_file(path: str | None, what: str) -> Path | None:
 
 def _setup(args):
     """Module, shaper and param plan from the common arguments."""
-    from .config import build_plan
+    from .config import build_plan, module_keys
     from .spec import load_module, pick_shaper
 
     _need_file(args.config, "--config")
     module = load_module(args.spec, args.backend, args.parallel)
     shaper = pick_shaper(module, args.shaper)
-    plan = build_plan(shaper, module.names(), args.config, args.sets)
+    plan = build_plan(shaper, module_keys(module), args.config, args.sets)
     return module, shaper, plan
 
 
@@ -203,6 +207,7 @@ def cmd_explain(args) -> int:
     from .explain import explain
 
     data = _need_file(args.data, "--data")
+    args.backend = args.backend or SMALL_INPUTS_BACKEND
     _, shaper, plan = _setup(args)
     layout, grouping = _layout_and_grouping(args, plan)
     return explain(shaper, plan, layout, data, grouping, args.group, args.limit, args.width, digits=args.digits)
@@ -212,6 +217,7 @@ def cmd_plot(args) -> int:
     from .plot import plot
 
     data = _need_file(args.data, "--data")
+    args.backend = args.backend or SMALL_INPUTS_BACKEND
     _, shaper, plan = _setup(args)
     layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
     plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,

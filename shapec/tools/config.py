@@ -23,9 +23,14 @@ from .spec import ToolError, stage_irs
 
 
 
-def _hint(key: str, options) -> str:
-    close = difflib.get_close_matches(str(key), [str(o) for o in options], n=1)
-    return f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(map(str, options))}"
+def _hint(key: str, options, both: bool = False) -> str:
+    """'; did you mean X?' for a close match, else (or also, with both) the valid keys."""
+    options = [str(o) for o in options]
+    close = difflib.get_close_matches(str(key), options, n=1)
+    mean = f"; did you mean {close[0]!r}?" if close else ""
+    if close and not both:
+        return mean
+    return f"{mean}; valid keys: {', '.join(options)}" if options else mean
 
 
 @dataclass
@@ -91,19 +96,37 @@ def parse_set(items: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def build_plan(shaper, module_names: tuple[str, ...] = (), config: str | Path | None = None,
-               sets: list[str] | None = None) -> ParamPlan:
-    """Read the config (if any), apply `--set` overrides and validate every stage's params."""
+def module_keys(module) -> dict[str, frozenset[str]]:
+    """What a config may set under each shaper or pipeline of a module: params, or stage names."""
+    keys = {}
+    for name in module.names():
+        ir = module.ir(name)
+        stages = getattr(ir, "stages", None)
+        keys[name] = frozenset(s.name for s, _ in stages) if stages is not None else frozenset(p.name for p in ir.params)
+    return keys
+
+
+def build_plan(shaper, module_names: Mapping[str, frozenset[str]] | tuple[str, ...] = (),
+               config: str | Path | None = None, sets: list[str] | None = None) -> ParamPlan:
+    """Read the config (if any), apply `--set` overrides and validate every stage's params.
+
+    `module_names` names the module's other shapers (a config for the whole module may set
+    them too); given as `module_keys(module)`, their blocks are checked for unknown keys as well.
+    Every error of the config is reported at once, one line each with its key path.
+    """
     plan = ParamPlan(shaper, {name: {} for name in [ir.name for ir in stage_irs(shaper)]})
+    errors: list[str] = []
     if config is not None:
-        _load_config(plan, Path(config), module_names)
+        _load_config(plan, Path(config), module_names, errors)
     for key, value in parse_set(sets or []):
         _apply_set(plan, key, value)
-    _validate(plan, str(config) if config else "--set")
+    _validate(plan, str(config) if config else "--set", errors)
+    if errors:
+        raise ToolError("\n".join(dict.fromkeys(errors)))
     return plan
 
 
-def _load_config(plan: ParamPlan, path: Path, module_names: tuple[str, ...]) -> None:
+def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -> None:
     import yaml
 
     try:
@@ -122,18 +145,35 @@ def _load_config(plan: ParamPlan, path: Path, module_names: tuple[str, ...]) -> 
     stages = plan.stage_names
     nemo = "grpo" in data
     for key, value in data.items():
-        if key == "grpo":
-            _load_grpo(plan, path, value)
-        elif key in stages:
-            if value is None:
-                continue
-            if not isinstance(value, Mapping):
-                raise ToolError(f"{path}: {key}: expected a mapping of params, got {type(value).__name__}")
-            plan.base[key].update(value)
-        elif key in module_names or nemo:
-            continue  # params of another shaper of the module, or the rest of a NeMo-RL config
-        else:
-            raise ToolError(f"{path}: unknown key {key!r}{_hint(key, [*stages, 'grpo'])}")
+        try:
+            if key == "grpo":
+                _load_grpo(plan, path, value, errors)
+            elif key in stages:
+                if value is None:
+                    continue
+                if not isinstance(value, Mapping):
+                    raise ToolError(f"{path}: {key}: expected a mapping of params, got {type(value).__name__}")
+                plan.base[key].update(value)
+            elif key in module_names:
+                _check_other_block(path, key, value, module_names, errors)
+            elif not nemo:  # the rest of a NeMo-RL config is not shapec's
+                valid = list(dict.fromkeys([*stages, *module_names, "grpo"]))
+                raise ToolError(f"{path}: unknown key {key!r}{_hint(key, valid, both=True)}")
+        except ToolError as err:
+            errors.append(str(err))
+
+
+def _check_other_block(path: Path, key: str, value: Any, module_names, errors: list[str]) -> None:
+    """A block for another shaper of the module is not used by this run, but a typo in it is still one."""
+    if not isinstance(module_names, Mapping) or value is None:
+        return
+    if not isinstance(value, Mapping):
+        errors.append(f"{path}: {key}: expected a mapping of params, got {type(value).__name__}")
+        return
+    known = sorted(module_names[key])
+    for name in value:
+        if name not in known:
+            errors.append(f"{path}: {key}.{name}: unknown param of {key!r}{_hint(name, known, both=True)}")
 
 
 def _stage_named(plan: ParamPlan, path: Path, block: str) -> str:
@@ -147,7 +187,7 @@ def _stage_named(plan: ParamPlan, path: Path, block: str) -> str:
                     f"(stages: {', '.join(names)})")
 
 
-def _load_grpo(plan: ParamPlan, path: Path, grpo: Any) -> None:
+def _load_grpo(plan: ParamPlan, path: Path, grpo: Any, errors: list[str]) -> None:
     if grpo is None:
         return
     if not isinstance(grpo, Mapping):
@@ -157,12 +197,12 @@ def _load_grpo(plan: ParamPlan, path: Path, grpo: Any) -> None:
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
             raise ToolError(f"{path}: grpo.num_generations_per_prompt: expected a positive integer, got {size!r}")
         plan.group_size = size
-    if grpo.get("length_penalty") is not None:
-        stage = _stage_named(plan, path, "length_penalty")
-        _load_length_penalty(plan, path, stage, grpo["length_penalty"])
-    if grpo.get("time_efficiency") is not None:
-        stage = _stage_named(plan, path, "time_efficiency")
-        _load_time_efficiency(plan, path, stage, grpo["time_efficiency"])
+    for block, load in (("length_penalty", _load_length_penalty), ("time_efficiency", _load_time_efficiency)):
+        if grpo.get(block) is not None:
+            try:
+                load(plan, path, _stage_named(plan, path, block), grpo[block])
+            except ToolError as err:
+                errors.append(str(err))
 
 
 def _mapping(value: Any, where: str) -> dict:
@@ -276,12 +316,14 @@ def _apply_set(plan: ParamPlan, key: str, value: Any) -> None:
     raise ToolError(f"--set {key}: several stages have {key!r} ({', '.join(owners)}); write STAGE.{key}=...")
 
 
-def _validate(plan: ParamPlan, source: str) -> None:
+def _validate(plan: ParamPlan, source: str, errors: list[str]) -> None:
     for ir in stage_irs(plan.shaper):
         base = plan.base.get(ir.name, {})
-        try:
-            validate_params(ir, base, f"{source}: {ir.name}: ")
-            for agent, override in (plan.agents.get(ir.name) or {}).items():
-                validate_params(ir, {**base, **(override or {})}, f"{source}: {ir.name}: agent {agent!r}: ")
-        except ParamError as err:
-            raise ToolError(str(err)) from None
+        checks = [(base, f"{source}: {ir.name}: ")]
+        checks += [({**base, **(override or {})}, f"{source}: {ir.name}: agent {agent!r}: ")
+                   for agent, override in (plan.agents.get(ir.name) or {}).items()]
+        for values, prefix in checks:
+            try:
+                validate_params(ir, values, prefix)
+            except ParamError as err:
+                errors.append(str(err))
