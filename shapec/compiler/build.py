@@ -34,9 +34,12 @@ def numba_version() -> str:
 
 
 def cache_key(source: str) -> str:
+    """The generated module's text (never the spec's path: the same spec loaded as `mine.shape`
+    and as an absolute path shares one entry), shapec's, numba's and Python's versions and the CPU."""
     from .. import __version__
 
-    return hashlib.sha256("\0".join((source, __version__, numba_version(), sys.version)).encode()).hexdigest()
+    parts = (source, __version__, numba_version(), sys.version, host_fingerprint())
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 
 STATS = {"written": 0, "imported": 0, "built": 0}  # cache files written, modules imported, extensions built
@@ -385,13 +388,32 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
         fork_safe_threading()
     for _ in range(2):  # the configured folder, then (once) a private one
         try:
-            fns = _healed_kernels(ir, source, stages, parallel)
+            with compile_notice(ir):
+                fns = _healed_kernels(ir, source, stages, parallel)
             break
         except cache.KernelCacheError:
             raise
         except OSError as err:
             cache.fall_back(err)  # raises KernelCacheError when already on the private folder
     return [Kernel(low.ir, fn, tuple(low.args), parallel) for low, fn in zip(stages, fns)]
+
+
+NOTICE_AFTER = 1.0  # seconds: a warm load takes milliseconds, a first compile up to a minute
+
+
+@contextlib.contextmanager
+def compile_notice(ir: ShaperIR | PipelineIR):
+    """One stderr line when loading the kernels takes over NOTICE_AFTER seconds (a compile), printed
+    while it runs, so a first use that takes a minute does not look like a hang."""
+    where = f"{ir.filename or '<string>'}:{ir.name}"
+    timer = threading.Timer(NOTICE_AFTER, lambda: print(
+        f"compiling {where} (first use; cached in {cache_dir()})", file=sys.stderr, flush=True))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _healed_kernels(ir, source: str, stages: list[StageLowering], parallel: bool) -> list:
