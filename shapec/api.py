@@ -7,6 +7,7 @@ from typing import Iterator
 
 from .compiler.check import CheckedModule, check_module
 from .compiler.imports import STDLIB, Target, resolve, target_span
+from .helptext import documented
 from .syntax.parser import parse
 from .syntax.source import Diagnostic, ShapeError, Span
 
@@ -58,7 +59,12 @@ class _Loader:
 
 
 class CompiledModule:
-    """Shapers and pipelines of one .shape file, reachable by name (`mod.name` or `mod["name"]`)."""
+    """Shapers and pipelines of one .shape file, reachable by name (`mod.name` or `mod["name"]`).
+
+    `dir(mod)` lists them and `help(mod.name)` shows each one's docstring, params, inputs and metrics.
+    A shaper named like an attribute of the module (`names`, `ir`, `doc`, `filename`, `backend`,
+    `shapers`, `pipelines`) is reached only as `mod["names"]`.
+    """
 
     def __init__(self, checked: CheckedModule, backend: str, parallel: bool = False):
         self.filename = checked.filename
@@ -86,16 +92,23 @@ class CompiledModule:
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise KeyError(f"{self.filename} has no shaper or pipeline {name!r}{hint}")
         if name not in self._compiled:
-            self._compiled[name] = CompiledShaper(self._irs[name], self.backend, self.parallel)
+            ir = self._irs[name]
+            self._compiled[name] = documented(CompiledShaper, ir)(ir, self.backend, self.parallel)
         return self._compiled[name]
 
     def __getattr__(self, name: str):
-        if name.startswith("_"):
+        # only called when no attribute of that name exists; a shaper named like one (`names`, `ir`,
+        # `doc`, `filename`, `shapers`) is reached as mod["names"]
+        irs = self.__dict__.get("_irs", {})
+        if name.startswith("_") and name not in irs:
             raise AttributeError(name)
         try:
             return self[name]
         except KeyError as err:
             raise AttributeError(str(err)) from None
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(self._irs))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._irs)

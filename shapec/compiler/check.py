@@ -42,6 +42,7 @@ BATCH_REDUCTIONS = ("count", "sum", "mean", "min", "max", "any", "all")
 ELEMENTWISE = {"abs", "exp", "log", "sqrt", "sigmoid", "cos", "clip", "int", "float", "min", "max",
                "missing", "present", "band"}
 NUM, BOOL = "num", "bool"
+META_TYPES = ("bool", "int", "float", "band") + UNITS
 INF = math.inf
 
 
@@ -261,6 +262,27 @@ def _range_text(s: ParamSpec) -> str:
     return f" ({' and '.join(parts)})" if parts else ""
 
 
+def in_words(ty: Type) -> str:
+    """A type as a user says it: 'one number per rollout', 'one boolean per group'."""
+    what = {NUM: "number", BOOL: "boolean"}.get(ty.kind, ty.kind)
+    if ty.unit not in (None, "lit"):
+        what = f"{what} in {ty.unit}"
+    if ty.items:
+        return f"one {what} per item of {ty.items}"
+    where = {ROLLOUT: "per rollout", GROUP: "per group", PARAM: "set by a param"}.get(ty.level, "for the whole batch")
+    return f"one {what} {where}"
+
+
+def _batch_hint(ty: Type) -> str:
+    """What turns a state update's value into one number per batch."""
+    if ty.level == ROLLOUT and not ty.items:
+        return "; reduce it over the batch with batch.mean(...), batch.max(...) or batch.sum(...)"
+    if ty.level == GROUP or ty.items:
+        return "; a state updates before groups are shaped, so it may use batch reductions of inputs, " \
+               "channels, the reward and params, not group values"
+    return ""
+
+
 def _suggest(name: str, options) -> str:
     close = difflib.get_close_matches(name, list(options), n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
@@ -320,7 +342,9 @@ class ShaperChecker:
             match st:
                 case A.Input(name=name, type=typ):
                     ty = self.value_type(typ, st.span)
-                    if self.define(name, Node("ref", (), replace(ty, level=ROLLOUT), ("input", name), st.span), "input", st.span):
+                    if ty is POISON:
+                        self.poisoned(name, st.span)
+                    elif self.define(name, Node("ref", (), replace(ty, level=ROLLOUT), ("input", name), st.span), "input", st.span):
                         inputs.append((name, typ))
                 case A.Meta(name=name):
                     spec = self.meta(st)
@@ -329,6 +353,8 @@ class ShaperChecker:
                         self.env[name] = Binding(Node("meta", (), Type("meta"), spec, st.span), "meta")
                     elif spec is not None:
                         self.error("E202", f"{name!r} is already defined", st.span)
+                    else:
+                        self.poisoned(name, st.span)
                 case A.Channel(name=name, expr=e):
                     node = self.expr(e)
                     if node.ty is not POISON:
@@ -426,8 +452,9 @@ class ShaperChecker:
                     if self.define(name, ref, "state", st.span):
                         node = self.expr(upd)
                         if node.ty is not POISON and (node.ty.level > BATCH or node.ty.kind != NUM):
-                            self.error("E303", f"state {name!r} updates once per batch; its update must be "
-                                       f"a batch-level number (got a {node.ty.describe()})", upd.span)
+                            self.error("E303", f"state {name!r} keeps one number from batch to batch, so its "
+                                       f"update must be one number for the whole batch; this is "
+                                       f"{in_words(node.ty)}{_batch_hint(node.ty)}", upd.span)
                         states.append((name, value))
                         batch_steps.append(Step("state", name, node))
                 case A.Metric(name=name, expr=e):
@@ -486,6 +513,10 @@ class ShaperChecker:
         self.env[name] = Binding(node, kind, defn)
         return True
 
+    def poisoned(self, name: str, span: Span):
+        """A declaration whose type is unknown binds its name to poison: its uses report nothing more."""
+        self.env.setdefault(name, Binding(Node("poison", (), POISON, span=span), "poison"))
+
     def value_type(self, typ: str, span: Span) -> Type:
         if typ == "bool":
             return Type(BOOL)
@@ -493,14 +524,17 @@ class ShaperChecker:
             return Type(NUM)
         if typ in UNITS:
             return Type(NUM, unit=typ)
-        self.error("E305", f"unknown type {typ!r}; expected bool, int, float or a unit ({', '.join(UNITS)})", span)
+        self.error("E305", f"unknown type {typ!r}; expected bool, int, float or a unit ({', '.join(UNITS)})"
+                   f"{_suggest(typ, ('bool', 'int', 'float') + UNITS)}", span)
         return POISON
 
     def param(self, prm: A.Param):
         t = prm.type
         kinds = ("int", "float", "bool", "band") + UNITS
         if t.name != "enum" and t.name not in kinds:
-            self.error("E305", f"unknown param type {t.name!r}; expected {', '.join(kinds)} or enum(...)", t.span)
+            self.error("E305", f"unknown param type {t.name!r}; expected {', '.join(kinds)} or enum(...)"
+                       f"{_suggest(t.name, kinds)}", t.span)
+            self.poisoned(prm.name, prm.span)
             return
         kind = t.name if t.name in ("int", "bool", "band", "enum") else "float"
         unit = t.name if t.name in UNITS else None
@@ -543,11 +577,11 @@ class ShaperChecker:
         mt = st.type
         ok = True
         for f in mt.fields:
-            if f.type not in ("bool", "int", "float", "band") + UNITS:
-                self.error("E305", f"unknown field type {f.type!r}", f.span)
+            if f.type not in META_TYPES:
+                self.error("E305", f"unknown field type {f.type!r}{_suggest(f.type, META_TYPES)}", f.span)
                 ok = False
-        if mt.kind == "scalar" and mt.type not in ("bool", "int", "float", "band") + UNITS:
-            self.error("E305", f"unknown metadata type {mt.type!r}", mt.span)
+        if mt.kind == "scalar" and mt.type not in META_TYPES:
+            self.error("E305", f"unknown metadata type {mt.type!r}{_suggest(mt.type, META_TYPES)}", mt.span)
             ok = False
         if mt.kind == "list" and any(f.type == "band" for f in mt.fields):
             self.error("E305", "list metadata holds numbers, not bands", mt.span)
@@ -910,7 +944,8 @@ class ShaperChecker:
         # arithmetic
         for n, side in ((a, e.left), (b, e.right)):
             if n.ty.kind != NUM:
-                return self.error("E302", f"'{op}' needs numbers; this is a {n.ty.kind}", side.span)
+                return self.error("E302", f"'{op}' needs numbers; this is a {n.ty.kind}"
+                                  f"{self.number_hint(n, side)}", side.span)
         lv = self.combine(a.ty, b.ty, span=e.span)
         if lv is None:
             return Node("poison", (), POISON, span=e.span)
@@ -938,6 +973,18 @@ class ShaperChecker:
         if isinstance(unit, Node):
             return unit
         return Node("bin", (a, b), Type(NUM, lv[0], unit, lv[1], lv[2]), op, e.span)
+
+    def number_hint(self, n: Node, e: A.Expr) -> str:
+        """How to turn a boolean into a number: count it over the group, or 1/0 per rollout."""
+        if n.ty.kind != BOOL:
+            return ""
+        text = e.span.source.text[e.span.start:e.span.end] if e.span.source is not None else ""
+        text = text if text and len(text) <= 40 and "\n" not in text else "x"
+        test = f"({text})" if isinstance(e, A.Cond) else text
+        per_rollout = f"({test} ? 1 : 0) is 1 where it holds and 0 elsewhere"
+        if n.ty.level == ROLLOUT and not n.ty.items:
+            return f"; count({text}) is the number of rollouts where it holds, {per_rollout}"
+        return f"; {per_rollout}"
 
     def compare(self, e, op, a, b) -> Node:
         lv = self.combine(a.ty, b.ty, span=e.span)

@@ -8,42 +8,16 @@ import threading
 from functools import lru_cache
 
 from lark import Lark, Token, Transformer_NonRecursive, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.exceptions import UnexpectedInput
 
 from . import ast as A
 from . import literals
 from .depth import MAX_EXPR_DEPTH, too_deep
 from .source import Diagnostic, ShapeError, Source, Span
-
-_TERMINAL_NAMES = {
-    "NAME": "a name",
-    "NUMBER": "a number",
-    "STRING": "a string",
-    "LONG_STRING": "a docstring",
-    "LPAR": "'('",
-    "RPAR": "')'",
-    "LBRACE": "'{'",
-    "RBRACE": "'}'",
-    "LSQB": "'['",
-    "RSQB": "']'",
-    "COMMA": "','",
-    "COLON": "':'",
-    "EQUAL": "'='",
-    "DOT": "'.'",
-    "CMP_OP": "a comparison",
-    "ADD_OP": "'+' or '-'",
-    "MUL_OP": "'*' or '/'",
-    "MINUS": "'-'",
-    "QMARK": "'?'",
-    "OPTIONAL": "'?'",
-    "GATE_VERDICT": "'open' or 'closed'",
-    "SKIP_MODE": "'when' or 'unless'",
-    "REQUIRES": "'requires'",
-    "PRODUCES": "'produces'",
-}
-
+from .syntax_errors import GluedKeyword, KeywordGuard, glued_error, syntax_error
 
 _comment_sink = threading.local()
+_keyword_guard = KeywordGuard()
 
 
 def _collect_comment(token: Token) -> Token:
@@ -64,51 +38,8 @@ def _lark() -> Lark:
         maybe_placeholders=True,
         cache=True,  # the LALR tables are rebuilt only when the grammar changes
         lexer_callbacks={"COMMENT": _collect_comment},
+        postlex=_keyword_guard,
     )
-
-
-def _describe(name: str) -> str:
-    if name in _TERMINAL_NAMES:
-        return _TERMINAL_NAMES[name]
-    if name == "$END":
-        return "end of input"
-    try:
-        pattern = _lark().get_terminal(name).pattern
-    except KeyError:
-        return name.lower()
-    return f"'{pattern.value}'" if pattern.type == "str" else name.lower()
-
-
-def _expected(names: set[str]) -> str:
-    words = sorted({_describe(n) for n in names})
-    if len(words) > 6:
-        words = words[:6] + ["..."]
-    return " or ".join(words)
-
-
-def _syntax_error(src: Source, err: UnexpectedInput) -> Diagnostic:
-    """One function turns every Lark error into a coded diagnostic."""
-    if isinstance(err, UnexpectedEOF):
-        end = len(src.text)
-        return Diagnostic("E103", "input ended unexpectedly", Span(src, end, end))
-    if isinstance(err, UnexpectedToken):
-        tok = err.token
-        if tok.type == "$END":
-            end = len(src.text)
-            return Diagnostic("E103", f"input ended unexpectedly; expected {_expected(err.expected)}", Span(src, end, end))
-        start = tok.start_pos if tok.start_pos is not None else 0
-        return Diagnostic(
-            "E101",
-            f"unexpected {tok.value!r}; expected {_expected(err.expected)}",
-            Span(src, start, start + max(1, len(tok.value))),
-        )
-    if isinstance(err, UnexpectedCharacters):
-        ch = src.text[err.pos_in_stream] if err.pos_in_stream < len(src.text) else ""
-        message = f"unexpected character {ch!r}"
-        if ch == '"':
-            message = "unterminated string: a string ends on the line it starts (write a line break as \\n)"
-        return Diagnostic("E102", message, Span(src, err.pos_in_stream, err.pos_in_stream + 1))
-    return Diagnostic("E101", str(err).splitlines()[0], Span(src, 0, 1))
 
 
 def _doc(token: Token) -> str:
@@ -406,12 +337,16 @@ def parse(text: str, path: str = "<string>") -> A.Module:
     """Parse source text into a Module, raising ShapeError with a coded diagnostic."""
     src = Source(path, text)
     _comment_sink.tokens = tokens = []
+    _keyword_guard.local.text = text
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as err:
-        raise ShapeError([_syntax_error(src, err)]) from None
+        raise ShapeError([syntax_error(_lark(), src, err)]) from None
+    except GluedKeyword as err:
+        raise ShapeError([glued_error(_lark(), src, err.token)]) from None
     finally:
         _comment_sink.tokens = None
+        _keyword_guard.local.text = ""
     builder = _Builder(src)
     module = builder.transform(tree)
     if builder.diags:
