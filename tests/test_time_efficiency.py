@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 
+import warnings
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -207,6 +209,23 @@ def test_missing_run_time_charges_nothing():
     results = [{"full_result": {"reward": 1.0}}]
     apply_time_efficiency_reward(results, on())
     assert rewards(results) == [1.0]
+
+
+def test_missing_run_times_are_counted_and_warned_once(monkeypatch):
+    from shapec.compat import _time_efficiency
+
+    monkeypatch.setattr(_time_efficiency, "_WARNED_MISSING", [])
+    results = [{"full_result": {"reward": 1.0}}, row(1.0, minutes=6), {"full_result": {"reward": 0.0,
+               "openhands_run_time": "n/a"}}]
+    with pytest.warns(UserWarning, match=r"2 of 3 rows have no usable full_result.openhands_run_time"):
+        metrics = apply_time_efficiency_reward(results, on())
+    assert metrics["time_efficiency/missing_run_time"] == 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = apply_time_efficiency_reward([{"full_result": {"reward": 1.0}}], on())
+    assert again["time_efficiency/missing_run_time"] == 1.0
+    complete = apply_time_efficiency_reward([row(1.0, minutes=6)], on())
+    assert "time_efficiency/missing_run_time" not in complete
 
 
 def test_non_finite_run_time_is_refused_with_its_index():

@@ -67,6 +67,29 @@ def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
     return value
 
 
+def has_run_time(result: Mapping[str, Any]) -> bool:
+    """Whether `openhands_run_time` is there and reads as a number (else the row is charged 0)."""
+    try:
+        float(result["full_result"].get("openhands_run_time"))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+_WARNED_MISSING: list[bool] = []  # warn once per process: a training loop calls this every step
+
+
+def _count_missing_run_times(results: Sequence[Mapping[str, Any]]) -> int:
+    """Rows charged 0 because their run time is missing; NeMo-RL does so silently, shapec says so once."""
+    missing = sum(1 for result in results if not has_run_time(result))
+    if missing and not _WARNED_MISSING:
+        _WARNED_MISSING.append(True)
+        warnings.warn(f"time efficiency: {missing} of {len(results)} rows have no usable "
+                      "full_result.openhands_run_time and are charged 0 minutes (counted in "
+                      f"{PREFIX}missing_run_time; this warning is shown once)", stacklevel=3)
+    return missing
+
+
 def rollout_calls(result: Mapping[str, Any]) -> int:
     """The number of `function_call` items in `full_result.response.output` (0 without a list)."""
     response = result["full_result"].get("response") or {}
@@ -88,6 +111,8 @@ def apply_time_efficiency_reward(
     `mask_sample` (one flag per result) exempts rollouts the env flagged while
     `env.should_mask_flagged_samples` is on. Rows that are not charged keep their reward untouched
     (even a None); charged rows get `float(reward or 0) + bonus - lambda_time * minutes`, floored.
+    Rows without a usable `openhands_run_time` are charged 0 minutes, as in NeMo-RL; shapec warns
+    once and adds `time_efficiency/missing_run_time` (their count) to the metrics when there are any.
     """
     if isinstance(config, Mapping):
         config = TimeEfficiencyConfig.model_validate(config)
@@ -126,4 +151,8 @@ def apply_time_efficiency_reward(
     for fr, new, hit in zip(full, out.rewards, charged):
         if hit:
             fr["reward"] = float(new)
-    return {PREFIX + name: value for name, value in out.metrics.items()}
+    metrics = {PREFIX + name: value for name, value in out.metrics.items()}
+    missing = _count_missing_run_times(results)
+    if missing:  # only then: a complete batch reports exactly NeMo-RL's metrics
+        metrics[PREFIX + "missing_run_time"] = float(missing)
+    return metrics
