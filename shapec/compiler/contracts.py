@@ -1,6 +1,6 @@
 """Contract facts the checker's interval analysis cannot see on its own.
 
-Three questions, each asked by a hook in check.py:
+Three questions, each asked by a hook in ordering.py:
 
 - `keeps_binary`: does a shaper that requires binary rewards also produce them? Intervals only say
   "within [0, 1]"; here values are tracked as finite sets, so a factor that is provably 0 or 1, or a
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING
 
 from .ir import UNITS, Node
 
-BOOL = "bool"  # check.py's element kind of booleans
+BOOL = "bool"  # the checker's element kind of booleans (check_common.BOOL)
 
 if TYPE_CHECKING:
-    from .check import ShaperChecker
+    from .statements import ShaperChecker
 
 BINARY = frozenset({0.0, 1.0})
 MAX_VALUES = 16  # past this a value set is treated as unknown; binary questions need only a few

@@ -1,0 +1,180 @@
+"""Contracts and ordering: term/clamp/factor order, the contracts a shaper provably keeps (interval
+analysis of its values), and the order of a pipeline's stages."""
+
+from __future__ import annotations
+
+import math
+
+from ..syntax import ast as A
+from . import contracts as C
+from .check_common import BOOL, INF
+from .ir import Node
+
+CONTRACTS = ("binary", "unit", "nonneg", "real")
+
+
+def contract_le(a: str, b: str) -> bool:
+    """binary ⊂ unit ⊂ nonneg ⊂ real."""
+    return CONTRACTS.index(a) <= CONTRACTS.index(b)
+
+
+def stage_order(checker, stages: list) -> bool:
+    """E505 and E401 over a pipeline's (shaper, args, span) stages; False when either is reported."""
+    ok = True
+    contract = None  # what the pipeline's input is, is the first stage's to require
+    for i, (shaper, _, span) in enumerate(stages):
+        if shaper.produces == "advantage" and i != len(stages) - 1:
+            checker.error("E505", f"advantage stage {shaper.name!r} must be the last stage of the pipeline", span)
+            ok = False
+        if contract in CONTRACTS and not contract_le(contract, shaper.requires):
+            prev = stages[i - 1][0].name
+            checker.error(
+                "E401",
+                f"shaper {shaper.name!r} requires {shaper.requires} rewards but follows {prev!r}, which "
+                f"produces {contract} rewards; {C.reorder_advice(stages, i)}",
+                span,
+            )
+            ok = False
+        contract = shaper.produces
+    return ok
+
+
+class OrderingPass:
+    """The contract and ordering checks of ShaperChecker."""
+
+    def check_order(self, order):
+        rank = {"term": 0, "clamp": 1, "factor": 2}
+        seen = -1
+        has_result = any(k == "result" for k, _ in order)
+        for kind, span in order:
+            if has_result and kind in ("clamp", "factor"):
+                self.error("E506", f"a shaper with `result` spells out its own combination; drop this {kind} "
+                           "and write it into the result", span)
+                continue
+            if kind == "result":
+                continue
+            if rank[kind] < seen:
+                after = [k for k, r in rank.items() if r == seen][0]
+                self.error("E504", f"{kind} after {after}: a shaper applies terms, then clamps, then factors", span)
+            seen = max(seen, rank[kind])
+
+    def contracts(self, requires, produces, steps, factors, result, s) -> str:
+        terms = [st for st in steps if st.kind == "term"]
+        clamps = [st for st in steps if st.kind == "clamp"]
+        hard_clamp = any(c.on is None and c.when is None and self.range(c.expr)[0] >= 0 for c in clamps)
+        term_lo = min([self.range(t.expr)[0] for t in terms] + [0.0])
+        term_hi = max([self.range(t.expr)[1] for t in terms] + [0.0])
+        base_nonneg = requires != "real" and (term_lo >= 0 or hard_clamp)
+        if requires != "real" and not base_nonneg and produces not in ("real", "advantage"):
+            bad = next(t for t in terms if self.range(t.expr)[0] < 0)
+            span = next((st.span for st in s.body if isinstance(st, A.Term) and st.name == bad.name), s.span)
+            self.error("E501", f"term {bad.name!r} may push a {requires} reward below 0; add `clamp >= 0` after "
+                       "the terms, or declare `produces real`", span)
+        for name, on_n, span in factors:
+            if base_nonneg or (not terms and on_n is not None and self.implies_positive(on_n)):
+                continue
+            self.error("E502", f"factor {name!r} may scale a negative reward, which would raise the reward of "
+                       "longer rollouts; clamp at 0 first or apply it `on` rollouts with reward > 0", span)
+        if result is not None:
+            inferred = "real"
+        elif not terms and not clamps and not factors:
+            inferred = requires
+        elif base_nonneg:
+            inferred = "unit" if contract_le(requires, "unit") and term_hi <= 0 else "nonneg"
+        else:
+            inferred = "real"
+        if inferred != "binary" and C.keeps_binary(self, steps, result):
+            inferred = "binary"
+        if produces is None:
+            return inferred
+        if produces != "advantage" and not contract_le(inferred, produces):
+            span = next(c.span for c in s.contracts if c.kind == "produces")
+            self.error("E402", f"shaper {s.name!r} declares `produces {produces}` but its rewards are only known "
+                       f"to be {inferred}", span)
+        return produces
+
+    def defn(self, node: Node) -> Node | None:
+        if node.op == "ref" and node.attr[0] == "var":
+            b = self.env.get(node.attr[1])
+            return b.defn if b else None
+        return None
+
+    def implies_positive(self, node: Node) -> bool:
+        """True when a mask can only hold for rollouts whose reward is > 0."""
+        d = self.defn(node)
+        if d is not None:
+            return self.implies_positive(d)
+        if node.op == "and":
+            return any(self.implies_positive(a) for a in node.args)
+        if node.op == "cmp":
+            a, b = node.args
+            if a.op == "ref" and a.attr == ("builtin", "reward") and b.op == "const":
+                return (node.attr in ("==", ">=") and b.attr > 0) or (node.attr == ">" and b.attr >= 0)
+        return False
+
+    def range(self, node: Node) -> tuple[float, float]:
+        """Interval bounds of a numeric expression (conservative)."""
+        op = node.op
+        if node.ty.kind == BOOL:
+            return 0.0, 1.0
+        if op == "const":
+            return float(node.attr), float(node.attr)
+        if op == "ref":
+            ns, name = node.attr
+            if ns == "param":
+                sp = self.params[name]
+                return (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
+            if ns == "builtin" and name == "reward":
+                return self.reward_range
+            d = self.defn(node)
+            return self.range(d) if d is not None else (-INF, INF)
+        if op == "neg":
+            lo, hi = self.range(node.args[0])
+            return -hi, -lo
+        if op == "bin":
+            (a, b), (c, d) = self.range(node.args[0]), self.range(node.args[1])
+            if node.attr == "+":
+                return a + c, b + d
+            if node.attr == "-":
+                return a - d, b - c
+            if node.attr == "*":
+                prods = [x * y for x in (a, b) for y in (c, d) if not (math.isinf(x) and y == 0 or math.isinf(y) and x == 0)]
+                return (min(prods), max(prods)) if prods else (-INF, INF)
+            if C.group_ratio(self, node) is not None:
+                return 0.0, 1.0
+            if node.attr == "/" and c > 0 and a >= 0:
+                return 0.0, (b / c if not math.isinf(b) else INF)
+            if node.attr == "**" and a >= 1 and d <= 0:
+                return 0.0, 1.0
+            if node.attr == "**" and a >= 0 and b <= 1 and c >= 0:
+                return 0.0, 1.0
+            return -INF, INF
+        if op == "call":
+            fn = node.attr
+            rs = [self.range(x) for x in node.args]
+            if fn == "max":
+                return max(r[0] for r in rs), max(r[1] for r in rs)
+            if fn == "min":
+                return min(r[0] for r in rs), min(r[1] for r in rs)
+            if fn == "clip":
+                return max(rs[0][0], rs[1][0]), min(rs[0][1], rs[2][1])
+            if fn in ("sigmoid",):
+                return 0.0, 1.0
+            if fn in ("exp", "sqrt", "abs"):
+                lo = 0.0
+                if fn == "exp":
+                    hi = math.exp(rs[0][1]) if rs[0][1] < 700 else INF
+                    return lo, hi
+                return lo, INF
+            if fn == "cos":
+                return -1.0, 1.0
+            if fn == "band":
+                return 0.0, 1.0
+            return -INF, INF
+        if op == "band":
+            return 0.0, 1.0
+        if op in ("cond", "fallback"):
+            branches = node.args[1:] if op == "cond" else node.args
+            rs = [self.range(x) for x in branches]
+            return min(r[0] for r in rs), max(r[1] for r in rs)
+        return -INF, INF

@@ -1,0 +1,204 @@
+"""Names and scopes: builtins, params, inputs and metadata, name lookup, helper inlining, and what a
+name means before groups are shaped (skips and batch reductions)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from ..syntax import ast as A
+from ..syntax.source import Span
+from .check_common import BAD, BOOL, INF, NUM, Binding, const_num, suggest
+from .ir import GROUP, PARAM, POISON, ROLLOUT, UNITS, MetaSpec, Node, ParamSpec, Type
+
+META_TYPES = ("bool", "int", "float", "band") + UNITS
+
+
+class ScopesPass:
+    """The declarations and name resolution of ShaperChecker."""
+
+    def builtins(self, requires: str):
+        lo = 0.0 if requires != "real" else -INF
+        hi = 1.0 if requires in ("binary", "unit") else INF
+        self.reward_range = (lo, hi)
+        for name, ty in (
+            ("reward", Type(NUM, ROLLOUT)),
+            ("env_reward", Type(NUM, ROLLOUT)),
+            ("group_size", Type(NUM, GROUP)),
+        ):
+            self.env[name] = Binding(Node("ref", (), ty, ("builtin", name)), "builtin")
+        self.env["pi"] = Binding(Node("const", (), Type(NUM), math.pi), "builtin")
+
+    def define(self, name: str, node: Node, kind: str, span: Span, defn: Node | None = None) -> bool:
+        if name in self.env:
+            self.error("E202", f"{name!r} is already defined", span)
+            return False
+        self.env[name] = Binding(node, kind, defn)
+        return True
+
+    def poisoned(self, name: str, span: Span):
+        """A declaration whose type is unknown binds its name to poison: its uses report nothing more."""
+        self.env.setdefault(name, Binding(Node("poison", (), POISON, span=span), "poison"))
+
+    def value_type(self, typ: str, span: Span) -> Type:
+        if typ == "bool":
+            return Type(BOOL)
+        if typ in ("int", "float"):
+            return Type(NUM)
+        if typ in UNITS:
+            return Type(NUM, unit=typ)
+        self.error("E305", f"unknown type {typ!r}; expected bool, int, float or a unit ({', '.join(UNITS)})"
+                   f"{suggest(typ, ('bool', 'int', 'float') + UNITS)}", span)
+        return POISON
+
+    def param(self, prm: A.Param):
+        t = prm.type
+        kinds = ("int", "float", "bool", "band") + UNITS
+        if t.name != "enum" and t.name not in kinds:
+            self.error("E305", f"unknown param type {t.name!r}; expected {', '.join(kinds)} or enum(...)"
+                       f"{suggest(t.name, kinds)}", t.span)
+            self.poisoned(prm.name, prm.span)
+            return
+        kind = t.name if t.name in ("int", "bool", "band", "enum") else "float"
+        unit = t.name if t.name in UNITS else None
+        lo = hi = None
+        lo_strict = hi_strict = False
+        c = prm.constraint
+        if c is not None:
+            a = const_num(c.lo)
+            b = const_num(c.hi) if c.hi is not None else None
+            if a is None or (c.hi is not None and b is None):
+                self.error("E308", "param bounds must be constant numbers", c.span)
+            elif c.op == "in":
+                lo, hi = a, b
+            elif c.op in (">=", ">"):
+                lo, lo_strict = a, c.op == ">"
+            elif c.op in ("<=", "<"):
+                hi, hi_strict = a, c.op == "<"
+            else:
+                self.error("E302", f"a param bound uses >=, >, <=, < or in [lo, hi], not {c.op!r}", c.span)
+        spec = ParamSpec(prm.name, kind, unit, None, prm.default is None and not t.optional, t.optional,
+                         lo, lo_strict, hi, hi_strict, t.members)
+        if prm.default is not None:
+            value = self.p.const_value(prm.default, spec)
+            spec = replace(spec, default=None if value is BAD else value)
+        if prm.name in self.params or prm.name in self.env:
+            self.error("E202", f"param {prm.name!r} is already defined", prm.span)
+            return
+        self.params[prm.name] = spec
+        if kind == "band":
+            ty = Type("band", PARAM, maybe_missing=t.optional)
+            node = Node("bandref", (), ty, ("param", prm.name), prm.span)
+        elif kind == "enum":
+            node = Node("ref", (), Type("enum", PARAM, members=t.members), ("param", prm.name), prm.span)
+        else:
+            node = Node("ref", (), Type(BOOL if kind == "bool" else NUM, PARAM, unit, maybe_missing=t.optional),
+                        ("param", prm.name), prm.span)
+        self.env[prm.name] = Binding(node, "param")
+
+    def meta(self, st: A.Meta) -> MetaSpec | None:
+        mt = st.type
+        ok = True
+        for f in mt.fields:
+            if f.type not in META_TYPES:
+                self.error("E305", f"unknown field type {f.type!r}{suggest(f.type, META_TYPES)}", f.span)
+                ok = False
+        if mt.kind == "scalar" and mt.type not in META_TYPES:
+            self.error("E305", f"unknown metadata type {mt.type!r}{suggest(mt.type, META_TYPES)}", mt.span)
+            ok = False
+        if mt.kind == "list" and any(f.type == "band" for f in mt.fields):
+            self.error("E305", "list metadata holds numbers, not bands", mt.span)
+            ok = False
+        if not ok:
+            return None
+        return MetaSpec(st.name, mt.kind, mt.type, tuple((f.name, f.type) for f in mt.fields))
+
+    def name(self, name: str, span: Span) -> Node:
+        if name == "shaped":
+            if self.metric_ctx:
+                return Node("ref", (), Type(NUM, ROLLOUT), ("builtin", "shaped"), span)
+            return self.error("E201", "`shaped` (the shaper's output) is only visible in metrics", span)
+        b = self.env.get(name)
+        if b is None:
+            if name in self.p.fns:
+                return self.error("E302", f"helper function {name!r} must be called", span)
+            return self.error("E201", f"unknown name {name!r}{suggest(name, list(self.env))}", span)
+        if b.kind == "meta":
+            spec: MetaSpec = b.node.attr
+            if spec.kind == "scalar":
+                return self.meta_value(spec.name, spec.type, span)
+            return self.error("E302", f"metadata {name!r} is a {spec.kind}; use one of its fields "
+                              f"({', '.join(f for f, _ in spec.fields)})", span)
+        return replace(b.node, span=span)
+
+    def meta_value(self, path: str, typ: str, span: Span) -> Node:
+        if typ == "band":
+            return Node("bandref", (), Type("band", GROUP, maybe_missing=True), ("meta", path), span)
+        kind = BOOL if typ == "bool" else NUM
+        unit = typ if typ in UNITS else None
+        return Node("ref", (), Type(kind, GROUP, unit, maybe_missing=True), ("meta", path), span)
+
+    def inline(self, e: A.Call, fn: A.FnDef) -> Node:
+        if fn.name in self.fn_stack:
+            return self.error("E207", f"helper {fn.name!r} calls itself; helpers are inlined and cannot recurse", e.span)
+        if len(e.args) != len(fn.params):
+            return self.error("E204", f"{fn.name}() takes {len(fn.params)} arguments, got {len(e.args)}", e.span)
+        args = {p: self.expr(a.value) for p, a in zip(fn.params, e.args)}
+        if any(a.ty is POISON for a in args.values()):
+            return Node("poison", (), POISON, span=e.span)
+        saved = {p: self.env.get(p) for p in fn.params}
+        self.fn_stack.append(fn.name)
+        try:
+            for p, node in args.items():
+                self.env[p] = Binding(node, "arg")
+            return replace(self.expr(fn.body), span=e.span)
+        finally:
+            self.fn_stack.pop()
+            for p, b in saved.items():
+                if b is None:
+                    self.env.pop(p, None)
+                else:
+                    self.env[p] = b
+
+    def skipped(self, e: A.Call) -> Node:
+        if not self.metric_ctx:
+            return self.error("E201", "skipped(...) is only visible in metrics", e.span)
+        if len(e.args) != 1 or not isinstance(e.args[0].value, A.String):
+            return self.error("E204", 'skipped() takes one reason, as a string: skipped("non_binary")', e.span)
+        return Node("skipped", (), Type(BOOL, ROLLOUT), e.args[0].value.value, e.span)
+
+    def _uses_group(self, node: Node) -> bool:
+        return self.group_free(node) is None
+
+    def skip_free(self, node: Node) -> Node | None:
+        """A skip condition with rollout-level lets and gates inlined; None if it reads group results."""
+        if node.op == "ref" and node.attr[0] == "var":
+            return self.group_free(node)
+        if node.op == "reduce":
+            args = [self.group_free(a) for a in node.args]
+            return None if any(a is None for a in args) else replace(node, args=tuple(args))
+        args = [self.skip_free(a) for a in node.args]
+        return None if any(a is None for a in args) else replace(node, args=tuple(args))
+
+    def group_free(self, node: Node) -> Node | None:
+        """The node with rollout-level lets and gates inlined, or None if it needs group values.
+
+        Batch reductions and skips run before the group loop, so whatever they read must be
+        computable from inputs, channels, the reward and params alone.
+        """
+        if node.op == "reduce" or (node.op == "ref" and node.ty.level == GROUP):
+            return None
+        if node.op == "ref" and node.attr[0] == "var":
+            b = self.env.get(node.attr[1])
+            if b is None or b.kind == "channel":
+                return node
+            if b.kind in ("let", "gate") and b.defn is not None and b.defn.ty.level == ROLLOUT:
+                return self.group_free(b.defn)
+            return None
+        args = []
+        for a in node.args:
+            free = self.group_free(a)
+            if free is None:
+                return None
+            args.append(free)
+        return replace(node, args=tuple(args))

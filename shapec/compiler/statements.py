@@ -1,0 +1,232 @@
+"""One shaper body, statement by statement, into ShaperIR; the passes it leans on are mixed in."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..syntax import ast as A
+from .check_common import BOOL, NUM, Binding, const_num
+from .ir import BATCH, GROUP, PARAM, POISON, ROLLOUT, Node, ParamSpec, ShaperIR, Step, Type
+from .ordering import CONTRACTS, OrderingPass
+from .scopes import ScopesPass
+from .typing_pass import TypesPass
+
+if TYPE_CHECKING:
+    from .check import Checker
+
+
+def in_words(ty: Type) -> str:
+    """A type as a user says it: 'one number per rollout', 'one boolean per group'."""
+    what = {NUM: "number", BOOL: "boolean"}.get(ty.kind, ty.kind)
+    if ty.unit not in (None, "lit"):
+        what = f"{what} in {ty.unit}"
+    if ty.items:
+        return f"one {what} per item of {ty.items}"
+    where = {ROLLOUT: "per rollout", GROUP: "per group", PARAM: "set by a param"}.get(ty.level, "for the whole batch")
+    return f"one {what} {where}"
+
+
+def batch_hint(ty: Type) -> str:
+    """What turns a state update's value into one number per batch."""
+    if ty.level == ROLLOUT and not ty.items:
+        return "; reduce it over the batch with batch.mean(...), batch.max(...) or batch.sum(...)"
+    if ty.level == GROUP or ty.items:
+        return "; a state updates before groups are shaped, so it may use batch reductions of inputs, " \
+               "channels, the reward and params, not group values"
+    return ""
+
+
+class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
+    """Checks one shaper body in source order."""
+
+    def __init__(self, parent: Checker, shaper: A.Shaper, source: str, filename: str):
+        self.p = parent
+        self.s = shaper
+        self.source = source
+        self.filename = filename
+        self.env: dict[str, Binding] = {}
+        self.params: dict[str, ParamSpec] = {}
+        self.fn_stack: list[str] = []
+        self.metric_ctx = False
+
+    def error(self, code, message, span) -> Node:
+        return self.p.error(code, message, span)
+
+    def run(self) -> ShaperIR | None:
+        before = len(self.p.diags)
+        s = self.s
+        requires, produces = "real", None
+        for c in s.contracts:
+            allowed = CONTRACTS + (("advantage",) if c.kind == "produces" else ())
+            if c.value not in allowed:
+                self.error("E403", f"unknown contract {c.value!r}; expected one of {', '.join(allowed)}", c.span)
+            elif c.kind == "requires":
+                requires = c.value
+            else:
+                produces = c.value
+        self.requires = requires
+        for prm in s.params:
+            self.param(prm)
+        self.builtins(requires)
+        inputs, metas, channels, batch_steps, steps, skips, metrics = [], [], [], [], [], [], []
+        gate_reasons: dict[str, tuple[str, ...]] = {}
+        terms, factors, states = [], [], []
+        result = None
+        order = []  # (kind, span) of terms/clamps/factors for E504
+        pending = []  # ensure clauses, checked once every name of the body is defined
+        for st in s.body:
+            match st:
+                case A.Input(name=name, type=typ):
+                    ty = self.value_type(typ, st.span)
+                    if ty is POISON:
+                        self.poisoned(name, st.span)
+                    elif self.define(name, Node("ref", (), replace(ty, level=ROLLOUT), ("input", name), st.span), "input", st.span):
+                        inputs.append((name, typ))
+                case A.Meta(name=name):
+                    spec = self.meta(st)
+                    if spec is not None and name not in self.env:
+                        metas.append(spec)
+                        self.env[name] = Binding(Node("meta", (), Type("meta"), spec, st.span), "meta")
+                    elif spec is not None:
+                        self.error("E202", f"{name!r} is already defined", st.span)
+                    else:
+                        self.poisoned(name, st.span)
+                case A.Channel(name=name, expr=e):
+                    node = self.expr(e)
+                    if node.ty is not POISON:
+                        if node.ty.level != ROLLOUT or node.ty.items or self._uses_group(node):
+                            self.error("E303", f"channel {name!r} must be computed per rollout from inputs "
+                                       f"(got a {node.ty.describe()})", e.span)
+                        elif node.ty.kind != NUM:
+                            self.error("E302", f"channel {name!r} must be a number", e.span)
+                    if self.define(name, Node("ref", (), node.ty, ("var", name), st.span), "channel", st.span, node):
+                        channels.append((name, node))
+                case A.Let(name=name, expr=e):
+                    node = self.expr(e)
+                    if node.ty.kind == "band":
+                        self.define(name, node, "let", st.span, node)
+                        continue
+                    if self.define(name, Node("ref", (), node.ty, ("var", name), st.span), "let", st.span, node):
+                        step = Step("let", name, node)
+                        (batch_steps if node.ty.level == BATCH else steps).append(step)
+                case A.Gate(name=name, expr=e):
+                    node = self.expr(e)
+                    self.expect_bool(node, e.span, "a gate")
+                    ty = replace(node.ty, kind=BOOL) if node.ty is not POISON else node.ty
+                    if self.define(name, Node("ref", (), ty, ("var", name), st.span), "gate", st.span, node):
+                        step = Step("gate", name, node)
+                        if ty.level == BATCH:
+                            batch_steps.append(step)
+                        else:
+                            steps.append(step)
+                        if ty is not POISON and ty.level < ROLLOUT:
+                            gate_reasons[name] = ("open", "closed", "missing")
+                case A.GateRules(name=name, rules=rules):
+                    checked = []
+                    for r in rules:
+                        when = None
+                        if r.when is not None:
+                            when = self.expr(r.when)
+                            self.expect_bool(when, r.when.span, "a gate rule")
+                            if when.ty is not POISON and when.ty.level == ROLLOUT:
+                                self.error("E303", "gate rules decide per group; this condition is per rollout "
+                                           "(reduce it with any(), all() or count())", r.when.span)
+                        checked.append((r.verdict, r.reason, when))
+                    level = max([GROUP] + [w.ty.level for _, _, w in checked if w is not None and w.ty is not POISON])
+                    ty = Type(BOOL, min(level, GROUP))
+                    if self.define(name, Node("ref", (), ty, ("var", name), st.span), "gate", st.span):
+                        steps.append(Step("gaterules", name, rules=tuple(checked)))
+                        reasons = []
+                        for _, reason, _ in checked:
+                            if reason not in reasons:
+                                reasons.append(reason)
+                        gate_reasons[name] = tuple(reasons) + (("closed",) if "closed" not in reasons else ())
+                case A.Skip(reason=reason, mode=mode, cond=e):
+                    node = self.expr(e)
+                    self.expect_bool(node, e.span, "a skip condition")
+                    if node.ty is not POISON:
+                        if node.ty.level == ROLLOUT:
+                            self.error("E303", "a skip decides per group; reduce this per-rollout condition "
+                                       "with any(), all() or count()", e.span)
+                        elif self.skip_free(node) is None:
+                            self.error("E209", "a skip condition may use only params, inputs, channels and "
+                                       "metadata, because skips run before the shaper body", e.span)
+                        else:
+                            node = self.skip_free(node)
+                    skips.append(Step("skip", reason, node, mode=mode))
+                case A.Term(name=name, expr=e, on=on, when=when):
+                    node, on_n, when_n = self.applied(e, on, when, "term")
+                    order.append(("term", st.span))
+                    if self.define(name, Node("ref", (), Type(NUM, ROLLOUT), ("var", name), st.span), "term", st.span, node):
+                        terms.append(name)
+                        steps.append(Step("term", name, node, on_n, when_n))
+                case A.Factor(name=name, expr=e, on=on, when=when):
+                    node, on_n, when_n = self.applied(e, on, when, "factor")
+                    order.append(("factor", st.span))
+                    if node.ty is not POISON:
+                        lo, hi = self.range(node)
+                        if lo < 0 or hi > 1:
+                            self.error("E503", f"factor {name!r} is not provably within [0, 1] "
+                                       f"(it may range over [{lo:g}, {hi:g}]); use a band, a clip "
+                                       f"or a power with a non-positive exponent of a value >= 1", e.span)
+                    if self.define(name, Node("ref", (), Type(NUM, ROLLOUT), ("var", name), st.span), "factor", st.span, node):
+                        factors.append((name, on_n, st.span))
+                        steps.append(Step("factor", name, node, on_n, when_n))
+                case A.Clamp(lo=lo_e, on=on, when=when):
+                    node, on_n, when_n = self.applied(lo_e, on, when, "clamp")
+                    order.append(("clamp", st.span))
+                    steps.append(Step("clamp", f"clamp{sum(1 for s_ in steps if s_.kind == 'clamp')}",
+                                      node, on_n, when_n))
+                case A.State(name=name, type=typ, init=init, update=upd):
+                    value = const_num(init)
+                    if typ not in ("float", "int"):
+                        self.error("E305", f"state {name!r} must be float or int", st.span)
+                    if value is None:
+                        self.error("E308", f"state {name!r} needs a constant initial value", init.span)
+                        value = 0.0
+                    ref = Node("ref", (), Type(NUM, BATCH), ("state", name), st.span)
+                    if self.define(name, ref, "state", st.span):
+                        node = self.expr(upd)
+                        if node.ty is not POISON and (node.ty.level > BATCH or node.ty.kind != NUM):
+                            self.error("E303", f"state {name!r} keeps one number from batch to batch, so its "
+                                       f"update must be one number for the whole batch; this is "
+                                       f"{in_words(node.ty)}{batch_hint(node.ty)}", upd.span)
+                        states.append((name, value))
+                        batch_steps.append(Step("state", name, node))
+                case A.Metric(name=name, expr=e):
+                    self.metric_ctx = True
+                    node = self.expr(e)
+                    self.metric_ctx = False
+                    if node.ty is not POISON and node.ty.level > BATCH:
+                        self.error("E303", "a metric is one number per batch; reduce it with batch.mean(...) "
+                                   "or another batch reduction", e.span)
+                    if any(name == known for known, _ in metrics):
+                        self.error("E202", f"metric {name!r} is already defined", st.span)
+                    metrics.append((name, node))
+                case A.Result(expr=e):
+                    node = self.expr(e)
+                    self.expect_num(node, e.span, "the result")
+                    result = node
+                    order.append(("result", st.span))
+                case A.Ensure():
+                    pending.append(st)
+                case _:
+                    raise TypeError(f"checker: unknown statement {type(st).__name__}")
+        from ..analysis.clause import check_ensure
+
+        ensures = tuple(e for e in (check_ensure(self, st) for st in pending) if e is not None)
+        self.check_order(order)
+        produces = self.contracts(requires, produces, steps, factors, result, s)
+        if len(self.p.diags) > before:
+            return None
+        config_skips = [k for k in skips if k.expr.ty.level <= PARAM]
+        data_skips = [k for k in skips if k.expr.ty.level > PARAM]
+        return ShaperIR(
+            name=s.name, doc=s.doc, params=tuple(self.params.values()), inputs=tuple(inputs),
+            metas=tuple(metas), channels=tuple(channels), batch_steps=tuple(batch_steps), steps=tuple(steps),
+            skips=tuple(config_skips + data_skips), requires=requires, produces=produces, result=result,
+            metrics=tuple(metrics), gate_reasons=gate_reasons, terms=tuple(terms),
+            factors=tuple(f for f, _, _ in factors), states=tuple(states), source=self.source,
+            filename=self.filename, ensures=ensures,
+        )
