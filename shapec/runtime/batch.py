@@ -10,7 +10,8 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping  # isinstance against typing.Mapping is several times slower
+from typing import Any
 
 import numpy as np
 

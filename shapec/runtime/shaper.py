@@ -8,7 +8,8 @@ import os
 import threading
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from collections.abc import Mapping  # isinstance against typing.Mapping is several times slower
+from typing import Any
 
 import numpy as np
 

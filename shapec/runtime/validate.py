@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Mapping
+from collections.abc import Mapping  # isinstance against typing.Mapping is several times slower
+from typing import Any
 
 import numpy as np
 
@@ -193,7 +194,12 @@ def band_table(name: str, value: np.ndarray, G: int) -> np.ndarray:
         out[:, 3] = flags
     else:
         out[:, 3] = (~np.isnan(value).all(axis=1)).astype(np.float64)
-    for g in np.flatnonzero(out[:, 3] == 1).tolist():
+    present = out[:, 3] == 1
+    a, b, f = out[:, 0], out[:, 1], out[:, 2]
+    with np.errstate(invalid="ignore"):  # one pass over the whole table; the first bad row is named
+        bad = present & ~(np.isfinite(out[:, :3]).all(axis=1) & (b > a) & (f >= 0) & (f <= 1))
+    if bad.any():
+        g = _first(bad)
         check_band(f"{name}: group {g}", *out[g, :3].tolist())
     out[out[:, 3] == 0, :3] = math.nan
     return out

@@ -1,0 +1,64 @@
+"""Issue #14, the lighter call: uniform params are turned into arrays once per (params, groups),
+not on every call, and band tables are validated in one pass that still names the first bad group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shapec
+from shapec.runtime.batch import BatchError, make_batch
+from shapec.runtime.params import ParamError, param_arrays
+
+
+@pytest.fixture(scope="module")
+def ir():
+    return shapec.load("nemo_rl", backend="interpreter").ir("length_penalty")
+
+
+def test_uniform_params_are_prepared_once_per_params_and_group_count(ir):
+    first = param_arrays(ir, {"top_percentile": 0.25, "global_band_total": (1.0, 2.0, 0.5)}, 3)
+    again = param_arrays(ir, {"global_band_total": (1.0, 2.0, 0.5), "top_percentile": 0.25}, 3)
+    assert again is first
+    assert first["top_percentile"].tolist() == [0.25] * 3
+    assert first["global_band_total"].tolist() == [[1.0, 2.0, 0.5, 1.0]] * 3
+    assert param_arrays(ir, {"top_percentile": 0.25, "global_band_total": (1.0, 2.0, 0.5)}, 4) is not first
+    assert param_arrays(ir, {"top_percentile": 0.5}, 3)["top_percentile"].tolist() == [0.5] * 3
+
+
+def test_per_group_params_are_built_per_call(ir):
+    a = param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 2)
+    b = param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 2)
+    assert a is not b and a["top_percentile"].tolist() == [0.25, 0.5]
+
+
+def test_a_bad_value_after_remembered_good_ones_is_still_refused(ir):
+    param_arrays(ir, {"profile_band_total": True}, 1)
+    param_arrays(ir, {"profiled_length_min_samples": 2}, 1)
+    with pytest.raises(ParamError, match="param 'profiled_length_min_samples' of shaper 'length_penalty'"):
+        param_arrays(ir, {"profiled_length_min_samples": 2.5}, 1)
+    with pytest.raises(ParamError, match="param 'profile_band_total' of shaper 'length_penalty'"):
+        param_arrays(ir, {"profile_band_total": "maybe"}, 1)
+
+
+@pytest.mark.parametrize("row, message", [
+    ([5.0, 4.0, 0.5], "group 2: band needs b > a, got a=5, b=4"),
+    ([1.0, 4.0, 1.5], "group 2: band needs 0 <= f <= 1, got f=1.5"),
+    ([1.0, np.inf, 0.5], "group 2: band fields must be finite numbers"),
+])
+def test_a_band_table_names_its_first_bad_group(ir, row, message):
+    table = np.array([[1.0, 2.0, 0.5], [np.nan] * 3, row, [5.0, 4.0, 0.5]])
+    with pytest.raises(BatchError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        make_batch(ir, [1.0] * 4, group_size=1, channels={"reasoning": [1] * 4, "answer": [1] * 4,
+                                                          "low_effort": [0] * 4},
+                   metadata={"profile_band": {"total": table}})
+
+
+def test_a_valid_band_table_keeps_absent_rows_absent(ir):
+    table = np.array([[1.0, 2.0, 0.5], [np.nan] * 3])
+    batch = make_batch(ir, [1.0, 1.0], group_size=1, channels={"reasoning": [1, 1], "answer": [1, 1],
+                                                              "low_effort": [0, 0]},
+                       metadata={"profile_band": {"total": table}})
+    got = batch.bands["profile_band.total"]
+    assert got[0].tolist() == [1.0, 2.0, 0.5, 1.0]
+    assert np.isnan(got[1, :3]).all() and got[1, 3] == 0.0
