@@ -738,7 +738,7 @@ def oracle(results, cfg, group_size):
                 for i in pos:
                     if 0.6745 * (L[ch][i] - med) / mad > thr:
                         delta[i] -= pen
-        extra = dict.fromkeys(rows, 0.0)
+        profiled, pass_rate = dict.fromkeys(rows, 0.0), dict.fromkeys(rows, 0.0)
         pr, pl = first.get("profiled_rewards"), first.get("profiled_output_lengths")
         if p["profiled_length_penalty"] > 0 and pr is not None and pl is not None:
             passing = [length for r, length in zip(pr, pl) if r > 0]
@@ -747,16 +747,17 @@ def oracle(results, cfg, group_size):
                 threshold = statistics.mean(passing) + p["profiled_length_n_std"] * spread
                 for i in rows:
                     if L["total"][i] >= threshold and delta[i] >= 0:
-                        extra[i] -= p["profiled_length_penalty"]
+                        profiled[i] = -p["profiled_length_penalty"]
         w = p["pass_rate_length_penalty_weight"]
         if w > 0 and pos:
             rho = len(pos) / len(rows)
             longest = max(L["total"][i] for i in pos)
             if longest > 0:
                 for i in pos:
-                    extra[i] -= w * rho * L["total"][i] / longest
+                    pass_rate[i] = -w * rho * L["total"][i] / longest
         for i in rows:
-            base = max(orig[i] + delta[i] + extra[i], 0.0)
+            # NeMo-RL adds one delta to the reward: (group adjustments + profiled + pass rate)
+            base = max(orig[i] + (delta[i] + profiled[i] + pass_rate[i]), 0.0)
             if orig[i] > 0 and base > 0:
                 for ch in ("total", "reasoning", "answer"):
                     if p[f"profile_band_{ch}"]:
