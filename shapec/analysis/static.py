@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from ..compiler.intervals import arith
 from ..compiler.ir import Ensure, Node, ShaperIR
 
 INF = math.inf
@@ -55,13 +56,9 @@ def interval(ir: ShaperIR, node: Node, over: str | None = None, _defs_cache=None
             return 0.0, 1.0
         if op == "bin":
             (x0, x1), (y0, y1) = rng(a[0], depth + 1), rng(a[1], depth + 1)
-            if n.attr == "+":
-                return x0 + y0, x1 + y1
-            if n.attr == "-":
-                return x0 - y1, x1 - y0
-            if n.attr == "*":
-                prods = [p * q for p in (x0, x1) for q in (y0, y1) if not (math.isinf(p) and q == 0 or math.isinf(q) and p == 0)]
-                return (min(prods), max(prods)) if prods else (-INF, INF)
+            simple = arith(n.attr, (x0, x1), (y0, y1))
+            if simple is not None:
+                return simple
             if n.attr == "/" and y0 > 0 and x0 >= 0:
                 return 0.0, x1 / y0 if not math.isinf(x1) else INF
             if n.attr == "**" and x0 >= 1 and y1 <= 0:

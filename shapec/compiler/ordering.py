@@ -8,6 +8,7 @@ import math
 from ..syntax import ast as A
 from . import contracts as C
 from .check_common import BOOL, INF
+from .intervals import arith
 from .ir import Node
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
@@ -133,13 +134,9 @@ class OrderingPass:
             return -hi, -lo
         if op == "bin":
             (a, b), (c, d) = self.range(node.args[0]), self.range(node.args[1])
-            if node.attr == "+":
-                return a + c, b + d
-            if node.attr == "-":
-                return a - d, b - c
-            if node.attr == "*":
-                prods = [x * y for x in (a, b) for y in (c, d) if not (math.isinf(x) and y == 0 or math.isinf(y) and x == 0)]
-                return (min(prods), max(prods)) if prods else (-INF, INF)
+            simple = arith(node.attr, (a, b), (c, d))
+            if simple is not None:
+                return simple
             if C.group_ratio(self, node) is not None:
                 return 0.0, 1.0
             if node.attr == "/" and c > 0 and a >= 0:
