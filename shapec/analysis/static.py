@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..compiler.intervals import arith
+from ..compiler.intervals import arith, bounds_call
 from ..compiler.ir import Ensure, Node, ShaperIR
 
 INF = math.inf
@@ -67,12 +67,9 @@ def interval(ir: ShaperIR, node: Node, over: str | None = None, _defs_cache=None
         if op == "call":
             rs = [rng(x, depth + 1) for x in a]
             fn = n.attr
-            if fn == "max":
-                return max(r[0] for r in rs), max(r[1] for r in rs)
-            if fn == "min":
-                return min(r[0] for r in rs), min(r[1] for r in rs)
-            if fn == "clip":
-                return max(rs[0][0], rs[1][0]), min(rs[0][1], rs[2][1])
+            known = bounds_call(fn, rs)
+            if known is not None:
+                return known
             if fn == "float":
                 return rs[0]
             if fn in ("sigmoid", "band"):

@@ -8,7 +8,7 @@ import math
 from ..syntax import ast as A
 from . import contracts as C
 from .check_common import BOOL, INF
-from .intervals import arith
+from .intervals import arith, bounds_call
 from .ir import Node
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
@@ -149,12 +149,9 @@ class OrderingPass:
         if op == "call":
             fn = node.attr
             rs = [self.range(x) for x in node.args]
-            if fn == "max":
-                return max(r[0] for r in rs), max(r[1] for r in rs)
-            if fn == "min":
-                return min(r[0] for r in rs), min(r[1] for r in rs)
-            if fn == "clip":
-                return max(rs[0][0], rs[1][0]), min(rs[0][1], rs[2][1])
+            known = bounds_call(fn, rs)
+            if known is not None:
+                return known
             if fn in ("sigmoid",):
                 return 0.0, 1.0
             if fn in ("exp", "sqrt", "abs"):
