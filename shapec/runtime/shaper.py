@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
 from contextlib import nullcontext
@@ -17,7 +16,7 @@ from ..compiler.ir import PipelineIR, ShaperIR
 from .batch import Batch, make_batch
 from .interp import Interpreter, StageOutput
 from .params import ParamError, mapping_of_params, param_arrays, params_model
-from .validate import BatchError, is_number, numeric, show
+from .validate import BatchError, is_finite_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -29,11 +28,7 @@ class StateError(ValueError):
 
 def state_number(key: str, value: Any) -> float:
     """A state value from a checkpoint: a finite real number (bool excluded)."""
-    try:
-        ok = is_number(value) and math.isfinite(float(value))
-    except OverflowError:
-        ok = False
-    if not ok:
+    if not is_finite_number(value):
         raise StateError(f"state {key}: expected a finite number, got {show(value)}")
     return float(value)
 

@@ -39,6 +39,14 @@ def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 
+def is_finite_number(value: Any) -> bool:
+    """A real number (bool excluded) that is finite as a float64; 10**400 is not."""
+    try:
+        return is_number(value) and math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
 def numeric(name: str, value: Any, length: int | None = None, what: str = "rollout") -> np.ndarray:
     """A fresh 1-d float64 array (booleans become 0/1); anything else names the bad element."""
     if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
@@ -156,11 +164,7 @@ def band(where: str, block: Any) -> tuple[float, float, float]:
         if key not in block:
             raise BatchError(f"{where}: band is missing {key!r}; expected {{a, b, f}}")
         v = block[key]
-        try:
-            ok = is_number(v) and math.isfinite(float(v))
-        except OverflowError:
-            ok = False
-        if not ok:
+        if not is_finite_number(v):
             raise BatchError(f"{where}.{key}: expected a finite number, got {show(v)}")
         values.append(float(v))
     return check_band(where, *values)
