@@ -63,7 +63,7 @@ def cmd_compile(args) -> int:
         close = difflib.get_close_matches(args.shaper, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise UsageError(f"{path} has no shaper or pipeline {args.shaper!r}{hint}")
-    from .compiler.lower import emit_python
+    from .compiler.lowering import emit_python
 
     for name in [args.shaper] if args.shaper else names:
         sys.stdout.write(emit_python(module.ir(name)))

@@ -14,7 +14,7 @@ import pytest
 
 import shapec
 from shapec.compiler import build, cache
-from shapec.compiler.lower import emit_python
+from shapec.compiler.lowering import emit_python
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = "shaper halve() {\n  term t = -0.5 when reward > 0\n}\n"

@@ -26,7 +26,7 @@ from shapec.compat.nemo_rl import (
 )
 from shapec.runtime.batch import BatchError
 
-BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lower") else [])
+BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lowering") else [])
 
 
 @pytest.fixture(params=BACKENDS, autouse=True)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import shapec
 from shapec.compiler.ir import PipelineIR
-from shapec.compiler.lower import PARALLEL_MIN_ROLLOUTS
+from shapec.compiler.lowering import PARALLEL_MIN_ROLLOUTS
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_FILES = sorted(ROOT.glob("shapec/stdlib/*.shape")) + sorted(ROOT.glob("examples/**/*.shape"))

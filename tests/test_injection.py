@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 import shapec
 from shapec.cli import main
-from shapec.compiler import build, lower
+from shapec.compiler import build, lowering
 from shapec.compiler.build import Kernel
-from shapec.compiler.names import ShapecInternalError
-from shapec.compiler.verify import verify
+from shapec.compiler.lowering.names import ShapecInternalError
+from shapec.compiler.lowering.verify import verify
 from shapec.runtime.shaper import CompiledShaper
 from shapec.syntax.pretty import string_literal
 
@@ -85,7 +85,7 @@ def test_item1_metric_names_never_run(tmp_path):
     assert got["numba"].rewards.tolist() == got["interpreter"].rewards.tolist()
     assert got["numba"].rewards[0] != 99.0 and rewards[0] == 0.0
     assert got["numba"].metrics == pytest.approx(got["interpreter"].metrics)
-    source = lower.emit_python(shapec.compile_file(spec, backend="interpreter").ir("s"))
+    source = lowering.emit_python(shapec.compile_file(spec, backend="interpreter").ir("s"))
     assert "PWNED" not in source and "99.0" not in source and "# metric 0" in source and "# metric 1" in source
 
 
@@ -126,7 +126,7 @@ def test_item2_file_names_never_reach_the_code(tmp_path, name):
     with in_dir(tmp_path):
         module = shapec.compile_file(spec, backend="numba")
         out = module.s(rewards, **kw)
-        source = lower.emit_python(module.ir("s"))
+        source = lowering.emit_python(module.ir("s"))
         _import_file(tmp_path / "emitted.py", source)
     assert out.rewards.tolist() == pytest.approx((rewards - 0.01 * kw["channels"]["length"]).tolist())
     assert "pwned" not in source and name not in source
@@ -192,7 +192,7 @@ def test_spec_names_like_generated_ones_compile_and_agree():
 
 def _module_and_namer():
     ir = shapec.compile_str(GENERATOR_NAMES, backend="interpreter").ir("groups_x")
-    source, stages = lower._lower_all(ir)
+    source, stages = lowering._lower_all(ir)
     return source, stages[0].namer
 
 
@@ -225,12 +225,12 @@ def test_verifier_refuses_tampered_modules(tamper, why):
 def test_a_refused_module_is_never_written_or_imported(tmp_path, monkeypatch):
     monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
     monkeypatch.setattr(build, "_MODULES", {})
-    monkeypatch.setattr(lower.Namer, "comment", lambda self, text: f"# {text}")  # comments go unregistered
+    monkeypatch.setattr(lowering.Namer, "comment", lambda self, text: f"# {text}")  # comments go unregistered
     ir = shapec.compile_str(COLLIDE, backend="interpreter").ir("coll")
     with pytest.raises(ShapecInternalError, match="comment the generator did not write"):
         build.load_kernels(ir)
     with pytest.raises(ShapecInternalError):
-        lower.emit_python(ir)
+        lowering.emit_python(ir)
     assert not (tmp_path / "kernels").exists()
     assert build._MODULES == {}  # nothing imported
 
@@ -278,14 +278,14 @@ def test_the_longest_chains_check_accepts_compile_and_agree():
 
 def test_no_generated_line_nests_past_the_parser_limit():
     spec = "shaper s() produces real {\n  input x: float\n  term t = " + CHAINS["sum"](_deepest(CHAINS["sum"])) + "\n}\n"
-    source = lower.emit_python(shapec.compile_str(spec, backend="interpreter").ir("s"))
+    source = lowering.emit_python(shapec.compile_str(spec, backend="interpreter").ir("s"))
     for line in source.splitlines():
         depth = deepest = 0
         for ch in line:
             depth += ch in "([{"
             depth -= ch in ")]}"
             deepest = max(deepest, depth)
-        assert deepest <= 4 * lower.SPILL_HEIGHT + 10, line[:80]
+        assert deepest <= 4 * lowering.SPILL_HEIGHT + 10, line[:80]
     assert "t0 = " in source  # the chain was split into temporaries
 
 
@@ -383,7 +383,7 @@ def test_random_text_everywhere_never_runs(t, main_name, lib_name):
             module = shapec.compile_file(path, backend="interpreter")
             for name in ("inj", "inj_pipe"):
                 ir = module.ir(name)
-                source, stages = lower._lower_all(ir)
+                source, stages = lowering._lower_all(ir)
                 code, printed = _quiet("compile", path, "--shaper", name, "--emit", "python")
                 assert code == 0 and printed == source  # verified: compile --emit prints emit_python
                 assert "pwned" not in source and "import" not in source.replace("import numpy as np", "").replace(

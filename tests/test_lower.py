@@ -15,7 +15,7 @@ import pytest
 
 import shapec
 from shapec.cli import main
-from shapec.compiler import build, lower
+from shapec.compiler import build, lowering
 from shapec.runtime.shaper import default_backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ def test_non_finite_reward_raises_like_the_interpreter():
 def test_parallel_kernel_reports_the_first_non_finite_reward_across_chunks():
     src = 'shaper ratio() produces real {\n  input length: tokens\n  term r = 1 / float(length)\n}\n'
     shaper = shapec.compile_str(src, backend="numba", parallel=True).ratio
-    n = 4 * lower.PARALLEL_MIN_ROLLOUTS
+    n = 4 * lowering.PARALLEL_MIN_ROLLOUTS
     length = np.ones(n)
     length[[n - 5, n // 2 + 3]] = 0  # both in later chunks than the first
     with pytest.raises(FloatingPointError, match=rf"rollout {n // 2 + 3} \(group {(n // 2 + 3) // 8}\)"):
@@ -101,8 +101,8 @@ def test_parallel_is_an_option_and_an_environment_variable(monkeypatch):
     monkeypatch.setenv("SHAPEC_PARALLEL", "1")
     shaper = shapec.compile_str(OVERLONG).overlong
     assert shaper.parallel and "parallel" in repr(shaper)
-    assert "prange(nchunks)" in lower.emit_python(shaper.ir, parallel=True)
-    assert "prange" not in lower.emit_python(shaper.ir)
+    assert "prange(nchunks)" in lowering.emit_python(shaper.ir, parallel=True)
+    assert "prange" not in lowering.emit_python(shaper.ir)
     assert not shapec.compile_str(OVERLONG, parallel=False).overlong.parallel
     monkeypatch.setenv("SHAPEC_PARALLEL", "0")
     assert pickle.loads(pickle.dumps(shaper)).parallel  # the option travels with the shaper
@@ -129,7 +129,7 @@ def test_numba_is_the_default_backend(monkeypatch):
 # ------------------------------------------------------------------ the generated module
 def test_generated_module_is_readable_python():
     ir = shapec.compile_str(OVERLONG, "overlong.shape", backend="interpreter").ir("overlong")
-    source = lower.emit_python(ir)
+    source = lowering.emit_python(ir)
     compile(source, "generated.py", "exec")
     assert "def kernel_s0_overlong(" in source  # a mangled name: kind, index, sanitised suffix
     assert "# term 0" in source  # comments carry kinds and indices, never spec text
@@ -141,7 +141,7 @@ def test_generated_module_is_readable_python():
 
 def test_pipeline_is_one_module_with_a_kernel_per_stage(cache):
     mod = shapec.compile_file(ROOT / "shapec" / "stdlib" / "grpo_lead.shape", backend="interpreter")
-    source = lower.emit_python(mod.ir("grpo_lead"))
+    source = lowering.emit_python(mod.ir("grpo_lead"))
     assert "def kernel_s0_lead_reward(" in source and "def kernel_s1_lead_advantage(" in source
     kernels = build.load_kernels(mod.ir("grpo_lead"))
     assert [k.ir.name for k in kernels] == ["lead_reward", "lead_advantage"]
@@ -155,7 +155,7 @@ def test_cache_file_lives_in_the_cache_dir_with_a_hash_header(cache):
     (path,) = cache.glob("*.py")
     text = path.read_text()
     assert path.name.startswith("overlong_")
-    assert text.startswith("# shapec-sha256: ") and text.endswith(lower.emit_python(ir))
+    assert text.startswith("# shapec-sha256: ") and text.endswith(lowering.emit_python(ir))
 
 
 def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
@@ -255,7 +255,7 @@ def test_corrupt_cache_file_is_rebuilt(cache):
 
 def test_truncated_cache_file_is_rebuilt(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    path = build.module_path(ir, lower.emit_python(ir))
+    path = build.module_path(ir, lowering.emit_python(ir))
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\xff\xfe garbage")
     build.load_kernels(ir)
@@ -265,7 +265,7 @@ def test_truncated_cache_file_is_rebuilt(cache):
 def test_changing_the_source_changes_the_key(cache):
     def path(src):
         ir = shapec.compile_str(src, backend="interpreter").ir("overlong")
-        return build.module_path(ir, lower.emit_python(ir))
+        return build.module_path(ir, lowering.emit_python(ir))
 
     assert path(OVERLONG) == path(OVERLONG)
     assert path(OVERLONG) != path(OVERLONG.replace(": -1", ": -2"))
@@ -295,7 +295,7 @@ def test_numba_failure_is_an_internal_error_naming_spec_and_shaper(cache, monkey
         raise TypingError("Cannot unify float64 and array(float64, 1d, C)")
 
     monkeypatch.setattr(numba, "njit", broken_njit)
-    with pytest.raises(lower.ShapecInternalError) as err:
+    with pytest.raises(lowering.ShapecInternalError) as err:
         shapec.compile_str(OVERLONG, "specs/overlong.shape", backend="numba").overlong
     message = str(err.value)
     assert "shaper 'overlong' from specs/overlong.shape" in message
@@ -354,7 +354,7 @@ def test_cli_compile_prints_the_module(capsys):
     assert main(["compile", str(path), "--shaper", "overlong", "--emit", "python"]) == 0
     printed = capsys.readouterr().out
     ir = shapec.compile_file(path, backend="interpreter").ir("overlong")
-    assert printed == lower.emit_python(ir)
+    assert printed == lowering.emit_python(ir)
 
 
 def test_cli_compile_unknown_shaper(capsys):

@@ -11,7 +11,7 @@ import pytest
 import shapec
 from shapec.runtime.batch import BatchError
 
-BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lower") else [])
+BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lowering") else [])
 
 
 @pytest.fixture(params=BACKENDS, scope="module")

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapec import compile_str
-from shapec.compiler.lower import MUTATING_HELPERS, emit_python
-from shapec.compiler.schedule import fuse_block
+from shapec.compiler.lowering import MUTATING_HELPERS, emit_python
+from shapec.compiler.lowering.schedule import fuse_block
 
 
 def bench_kernels_spec() -> str:

@@ -11,7 +11,7 @@ import pytest
 import shapec
 from shapec.api import STDLIB
 
-BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lower") else [])
+BACKENDS = ["interpreter"] + (["numba"] if importlib.util.find_spec("shapec.compiler.lowering") else [])
 
 
 def _docstrings():

@@ -23,7 +23,7 @@ import numpy as np
 from . import cache
 from .cache import cache_dir
 from .ir import PipelineIR, ShaperIR
-from .lower import Arg, ShapecInternalError, StageLowering, _header, _lower_all
+from .lowering import Arg, ShapecInternalError, StageLowering, _header, _lower_all
 
 log = logging.getLogger("shapec")
 

@@ -17,8 +17,8 @@ import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .helpers import HELPERS
-from .ir import CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
+from .numba_helpers import HELPERS
+from ..ir import CONST, GROUP, PARAM, ROLLOUT, Node, PipelineIR, ShaperIR, Step
 from .names import MANGLED, TEMP, Namer, ShapecInternalError
 from .schedule import fuse_block
 from .verify import verify

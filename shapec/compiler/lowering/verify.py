@@ -13,7 +13,7 @@ import ast
 import io
 import tokenize
 
-from .helpers import HELPERS
+from .numba_helpers import HELPERS
 from .names import Namer, ShapecInternalError
 
 IMPORTS = {"numpy": "np"}  # import x as y
