@@ -1,8 +1,16 @@
-"""The helpers emitted at the top of every generated module: each mirrors one rule of
-runtime/interp.py, so a module (and numba's on-disk cache of it) depends on nothing in shapec."""
+"""The numba helpers of generated modules, as plain Python: each restates one rule of
+runtime/interp.py for scalars (three-valued logic, missing values, reductions over a buffer).
 
-HELPERS = '''
-@njit(error_model="numpy", cache=True)
+shapec never calls them itself: helper_source.py copies the source of the ones a generated
+module calls into that module, each under `@njit`, so the module (and numba's on-disk cache of
+it) depends on nothing in shapec. Here they stay lintable and testable without numba.
+"""
+
+from math import isnan, nan
+
+import numpy as np
+
+
 def k_and(a, b):
     if a == 0.0 or b == 0.0:
         return 0.0
@@ -11,7 +19,6 @@ def k_and(a, b):
     return 1.0
 
 
-@njit(error_model="numpy", cache=True)
 def k_or(a, b):
     if a == 1.0 or b == 1.0:
         return 1.0
@@ -20,7 +27,6 @@ def k_or(a, b):
     return 0.0
 
 
-@njit(error_model="numpy", cache=True)
 def k_cond(c, a, b):
     if c == 1.0:
         return a
@@ -29,26 +35,22 @@ def k_cond(c, a, b):
     return nan
 
 
-@njit(error_model="numpy", cache=True)
 def k_fallback(a, b):
     return b if isnan(a) else a
 
 
-@njit(error_model="numpy", cache=True)
 def k_min(a, b):
     if isnan(a) or isnan(b):
         return nan
     return a if a <= b else b
 
 
-@njit(error_model="numpy", cache=True)
 def k_max(a, b):
     if isnan(a) or isnan(b):
         return nan
     return a if a >= b else b
 
 
-@njit(error_model="numpy", cache=True)
 def k_clip(x, lo, hi):
     if isnan(x) or isnan(lo) or isnan(hi):
         return nan
@@ -56,22 +58,18 @@ def k_clip(x, lo, hi):
     return y if y <= hi else hi
 
 
-@njit(error_model="numpy", cache=True)
 def k_log(x):
     return np.log(x) if x > 0.0 else nan
 
 
-@njit(error_model="numpy", cache=True)
 def k_sqrt(x):
     return np.sqrt(x) if x >= 0.0 else nan
 
 
-@njit(error_model="numpy", cache=True)
 def k_flag(b):
     return 1.0 if b else 0.0
 
 
-@njit(error_model="numpy", cache=True)
 def k_cmp(op, a, b):
     if isnan(a) or isnan(b):
         return nan
@@ -88,7 +86,6 @@ def k_cmp(op, a, b):
     return k_flag(a >= b)
 
 
-@njit(error_model="numpy", cache=True)
 def k_band(x, a, b, f, present):
     """1 up to a, linear to f at b, f past b; 1 for a malformed band; missing for no band."""
     if present != 1.0:
@@ -102,7 +99,6 @@ def k_band(x, a, b, f, present):
     return 1.0 - (x - a) / (b - a) * (1.0 - f)
 
 
-@njit(error_model="numpy", cache=True)
 def k_gate_code(v):
     if v == 1.0:
         return 0
@@ -111,7 +107,6 @@ def k_gate_code(v):
     return 2
 
 
-@njit(error_model="numpy", cache=True)
 def k_usable(buf, k):
     """A non-empty selection without missing values."""
     if k == 0:
@@ -122,7 +117,6 @@ def k_usable(buf, k):
     return True
 
 
-@njit(error_model="numpy", cache=True)
 def k_seq_sum(buf, k):
     total = 0.0
     for t in range(k):
@@ -130,7 +124,6 @@ def k_seq_sum(buf, k):
     return total
 
 
-@njit(error_model="numpy", cache=True)
 def k_sort(buf, k):
     """Sort buf[:k] in place: insertion sort for a group-sized selection, numpy's sort beyond."""
     if k > 32:
@@ -146,7 +139,6 @@ def k_sort(buf, k):
         buf[u + 1] = v
 
 
-@njit(error_model="numpy", cache=True)
 def k_sorted_median(buf, k):
     mid = k // 2
     if k % 2:
@@ -154,7 +146,6 @@ def k_sorted_median(buf, k):
     return (buf[mid - 1] + buf[mid]) / 2.0
 
 
-@njit(error_model="numpy", cache=True)
 def red_count(buf, ibuf, k, extra):
     c = 0.0
     for t in range(k):
@@ -163,7 +154,6 @@ def red_count(buf, ibuf, k, extra):
     return c
 
 
-@njit(error_model="numpy", cache=True)
 def red_any(buf, ibuf, k, extra):
     for t in range(k):
         if buf[t] == 1.0:
@@ -171,7 +161,6 @@ def red_any(buf, ibuf, k, extra):
     return 0.0
 
 
-@njit(error_model="numpy", cache=True)
 def red_all(buf, ibuf, k, extra):
     for t in range(k):
         if buf[t] != 1.0:
@@ -179,19 +168,16 @@ def red_all(buf, ibuf, k, extra):
     return 1.0
 
 
-@njit(error_model="numpy", cache=True)
 def red_sum(buf, ibuf, k, extra):
     return k_seq_sum(buf, k)
 
 
-@njit(error_model="numpy", cache=True)
 def red_mean(buf, ibuf, k, extra):
     if not k_usable(buf, k):
         return nan
     return k_seq_sum(buf, k) / k
 
 
-@njit(error_model="numpy", cache=True)
 def red_min(buf, ibuf, k, extra):
     if not k_usable(buf, k):
         return nan
@@ -202,7 +188,6 @@ def red_min(buf, ibuf, k, extra):
     return best
 
 
-@njit(error_model="numpy", cache=True)
 def red_max(buf, ibuf, k, extra):
     if not k_usable(buf, k):
         return nan
@@ -213,7 +198,6 @@ def red_max(buf, ibuf, k, extra):
     return best
 
 
-@njit(error_model="numpy", cache=True)
 def red_argmin(buf, ibuf, k, extra):
     """Index in the group of the first smallest selected value."""
     if not k_usable(buf, k):
@@ -225,7 +209,6 @@ def red_argmin(buf, ibuf, k, extra):
     return float(ibuf[best])
 
 
-@njit(error_model="numpy", cache=True)
 def red_argmax(buf, ibuf, k, extra):
     if not k_usable(buf, k):
         return nan
@@ -236,7 +219,6 @@ def red_argmax(buf, ibuf, k, extra):
     return float(ibuf[best])
 
 
-@njit(error_model="numpy", cache=True)
 def red_std(buf, ibuf, k, extra):
     """Sample standard deviation (ddof 1), two sequential passes."""
     if not k_usable(buf, k) or k < 2:
@@ -249,7 +231,6 @@ def red_std(buf, ibuf, k, extra):
     return np.sqrt(ss / (k - 1))
 
 
-@njit(error_model="numpy", cache=True)
 def srt_median(s, tmp, k, extra):
     """The order statistics below read a selection already sorted by k_sort."""
     if not k_usable(s, k):
@@ -257,7 +238,6 @@ def srt_median(s, tmp, k, extra):
     return k_sorted_median(s, k)
 
 
-@njit(error_model="numpy", cache=True)
 def srt_mad(s, tmp, k, extra):
     """Median of |x - median|: merging outwards from the median yields the deviations in
     increasing order (med - x is exactly |x - med| below it), so no second sort."""
@@ -278,7 +258,6 @@ def srt_mad(s, tmp, k, extra):
     return k_sorted_median(tmp, k)
 
 
-@njit(error_model="numpy", cache=True)
 def srt_quantile(s, tmp, k, q):
     """Linear interpolation between the order statistics around q * (k - 1)."""
     if not k_usable(s, k):
@@ -291,11 +270,9 @@ def srt_quantile(s, tmp, k, q):
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-@njit(error_model="numpy", cache=True)
 def srt_nth_largest(s, tmp, k, i):
     if not k_usable(s, k):
         return nan
     if isnan(i) or i < 0.0 or i >= k:
         return nan
     return s[k - 1 - int(i)]
-'''

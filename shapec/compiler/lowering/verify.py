@@ -13,7 +13,7 @@ import ast
 import io
 import tokenize
 
-from .numba_helpers import HELPERS
+from .helper_source import HELPERS
 from .names import Namer, ShapecInternalError
 
 IMPORTS = {"numpy": "np"}  # import x as y
@@ -65,7 +65,7 @@ def _comments(code: str) -> list[tuple[int, str]]:
             if t.type == tokenize.COMMENT]
 
 
-HELPER_NAMES, HELPER_STRINGS, HELPER_COMMENTS = _vocabulary(HELPERS)
+HELPER_NAMES, HELPER_STRINGS, HELPER_COMMENTS = _vocabulary("\n\n\n".join(HELPERS.values()))
 
 
 def verify(source: str, namer: Namer) -> str:

@@ -1,0 +1,165 @@
+"""Expression emission: one IR expression as one Python expression over the kernel's names.
+
+Parts that would nest deeper than SPILL_HEIGHT become temporaries (Emitter writes them just
+before the first line that reads them), so no generated line reaches Python's parser limit.
+"""
+
+from __future__ import annotations
+
+from ..ir import Node
+from .emitter import Scope, lit
+from .names import ShapecInternalError
+
+SPILL_HEIGHT = 24  # deepest nesting of one emitted expression (at most 4 brackets a level; Python allows 200)
+CMP_CODES = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
+UNARY_CALLS = {
+    "abs": "abs({})", "exp": "np.exp({})", "log": "k_log({})", "sqrt": "k_sqrt({})",
+    "sigmoid": "(1.0 / (1.0 + np.exp(-({}))))", "cos": "np.cos({})", "int": "np.trunc({})", "float": "({})",
+    "missing": "k_flag(isnan({}))", "present": "k_flag(not isnan({}))",
+}
+BIN_OPS = ("+", "-", "*", "/", "**")
+
+
+def _operands(node: Node) -> list[Node]:
+    """The children an expression's code is made of (reductions and bands are names in scope)."""
+    if node.op in ("reduce", "breduce", "bandfield"):
+        return []
+    return [x for x in node.args if x.ty.kind != "band"]
+
+
+def _spills(root: Node) -> list[Node]:
+    """The parts of an expression to write as temporaries, innermost first: every part whose
+    code would nest SPILL_HEIGHT deep, counting from the last temporary below it."""
+    height: dict[int, int] = {}
+    out: list[Node] = []
+    stack = [(root, False)]
+    while stack:
+        n, children_done = stack.pop()
+        if id(n) in height:
+            continue
+        if not children_done:
+            stack.append((n, True))
+            stack.extend((c, False) for c in _operands(n) if id(c) not in height)
+            continue
+        h = 1 + max((height[id(c)] for c in _operands(n)), default=0)
+        if h >= SPILL_HEIGHT and n is not root:
+            out.append(n)
+            h = 0
+        height[id(n)] = h
+    return out
+
+
+class Expressions:
+    """The part of StageLowering (stage.py) that writes expressions and reads stored values."""
+
+    def index(self, ctx: str) -> str:
+        return {"rollout": "i", "group": "g"}.get(ctx, "j")
+
+    def read(self, storage: str, name: str, ctx: str) -> str:
+        if storage == "scalar":
+            return name
+        if storage == "group":
+            self.need_g(ctx)
+            return f"{name}[g]"
+        if storage.startswith("term:") or storage.startswith("factor:"):
+            kind, k = storage.split(":")
+            return f"{kind}s[{k}, i]"
+        if storage == "rollout":
+            return f"{name}[i]"
+        if storage == "local":
+            return f"{name}[i - s]"
+        return f"{name}[j]"
+
+    def need_g(self, ctx: str) -> None:
+        if ctx == "batch":
+            raise ShapecInternalError(f"shaper {self.ir.name!r}: a group value reached a batch-level statement")
+
+    def ex(self, node: Node, ctx: str, scope: Scope) -> str:
+        """node as one Python expression in ctx. Parts nested deeper than SPILL_HEIGHT become
+        temporaries first, innermost first, so no line exceeds Python's nesting limit however
+        long a chain the checker accepts, and no lowering recursion runs deeper than that."""
+        memo: dict[int, str] = {}
+        for part in _spills(node):
+            name = self.fresh("t")
+            self.pending[name] = self.ex_node(part, ctx, scope, memo)
+            memo[id(part)] = name
+        return self.ex_node(node, ctx, scope, memo)
+
+    def ex_node(self, node: Node, ctx: str, scope: Scope, memo: dict[int, str]) -> str:
+        if id(node) in memo:
+            return memo[id(node)]
+        op = node.op
+        if op == "const":
+            return lit(node.attr)
+        if op == "ref":
+            ns, name = node.attr
+            if ns == "param":
+                return self.read("group", self.param_names[name], ctx)
+            if ns == "input":
+                return f"{self.input_names[name]}[i]"
+            if ns == "var":
+                return self.read(self.vars[name], self.var(name), ctx)
+            if ns == "state":
+                return self.state_names[name]
+            if ns == "meta":
+                return self.read("group", self.meta_names[name], ctx)
+            if ns == "item":
+                return f"{self.list_fields[name]}[j]"
+            if name == "reward":
+                return "rewards[i]"
+            if name == "env_reward":
+                return "env_rewards[i]"
+            if name == "group_size":
+                self.need_g(ctx)
+                return "float(offsets[g + 1] - offsets[g])"
+            if name == "shaped":
+                return "out[i]"
+            raise ShapecInternalError(f"lowering: unknown reference {node.attr}")
+        if op in ("reduce", "breduce", "bandfield"):
+            return self.scoped(node, scope)
+        a = [self.ex_node(x, ctx, scope, memo) for x in _operands(node)]
+        if op == "neg":
+            return f"(-{a[0]})"
+        if op == "not":
+            return f"(1.0 - {a[0]})"
+        if op == "bin":
+            if node.attr not in BIN_OPS:
+                raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
+            return f"({a[0]} {node.attr} {a[1]})"
+        if op == "cmp":
+            return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
+        if op == "and":
+            return f"k_and({a[0]}, {a[1]})"
+        if op == "or":
+            return f"k_or({a[0]}, {a[1]})"
+        if op == "cond":
+            return f"k_cond({a[0]}, {a[1]}, {a[2]})"
+        if op == "fallback":
+            return f"k_fallback({a[0]}, {a[1]})"
+        if op == "skipped":
+            code = self.ir.skip_reasons.index(node.attr) if node.attr in self.ir.skip_reasons else -2
+            return f"k_flag(skip[g] == {code})"
+        if op == "band":
+            return f"k_band({a[0]}, {', '.join(self.scoped(node.args[1], scope))})"
+        if op == "call":
+            fn = node.attr
+            if fn in ("min", "max"):
+                out = a[0]
+                for k, x in enumerate(a[1:], 1):
+                    if k % SPILL_HEIGHT == 0:  # a long fold nests like a long chain
+                        out, self.pending[t] = (t := self.fresh("t")), out
+                    out = f"k_{fn}({out}, {x})"
+                return out
+            if fn == "clip":
+                return f"k_clip({a[0]}, {a[1]}, {a[2]})"
+            return UNARY_CALLS[fn].format(a[0])
+        raise ShapecInternalError(f"lowering: unknown node {op}")
+
+    def scoped(self, node: Node, scope: Scope):
+        """A value hoisted out of the current loop: a reduction, a batch reduction or a band."""
+        key = self.key(node)
+        if node.op == "bandfield":
+            key = self.key(node.args[0])
+            return scope.names[key]["abf".index(node.attr)]
+        value = scope.names[key]
+        return value

@@ -1,0 +1,190 @@
+"""Hoisting: every reduction and band under a statement, computed once per group before it.
+
+Each selection gets a buffer of its own (values, indices, count), shared by the reductions that
+read the same values and mask; the order statistics share one sorted copy.
+"""
+
+from __future__ import annotations
+
+from ..ir import Node
+from .emitter import Scope
+from .helper_source import HELPER_FUNCTIONS
+from .names import ShapecInternalError
+
+ROLLOUT_VALUED = ("minmax", "centered")
+SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
+MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}}  # helper -> arrays it fills
+REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER_FUNCTIONS if f.startswith(("red_", "srt_")))))
+
+
+def _reduction(op: str) -> str:
+    """A reduction's name, for a comment: only one the helpers implement."""
+    if op not in REDUCTION_OPS:
+        raise ShapecInternalError(f"lowering: unknown reduction {op!r}")
+    return op
+
+
+class Hoisting:
+    """The part of StageLowering (stage.py) that emits reductions, selections and bands."""
+
+    def hoist(self, node: Node, scope: Scope, level: str) -> None:
+        """Emit every reduction and band under node, innermost first, unless already in scope.
+
+        level is "group" inside a group loop, "batch" outside it.
+        """
+        stack = [(node, False)]  # a stack, not recursion: expressions can be deep
+        while stack:
+            n, children_done = stack.pop()
+            if self.key(n) in scope.names:
+                continue
+            if not children_done:
+                stack.append((n, True))
+                if n.op != "breduce":  # a batch reduction hoists its operands inside its own group loop
+                    stack.extend((child, False) for child in reversed(n.args))
+            elif n.op == "reduce":
+                self.emit_reduce(n, scope)
+            elif n.op == "breduce":
+                self.emit_breduce(n, scope)
+            elif n.ty.kind == "band" and n.op in ("bandref", "bandlit", "bandfallback", "bandcond"):
+                self.emit_band(n, scope, level)
+
+    def emit_band(self, node: Node, scope: Scope, level: str) -> None:
+        o = self.out
+        ctx = "group" if level == "group" else "batch"
+        names = tuple(self.fresh("band") for _ in "abfp")
+        if node.op == "bandref":
+            ns, name = node.attr
+            src = self.param_names[name] if ns == "param" else self.band_names[name]
+            self.need_g(ctx)
+            parts = [f"{src}[g, {c}]" for c in range(4)]
+        elif node.op == "bandlit":
+            parts = [self.ex(x, ctx, scope) for x in node.args] + ["1.0"]
+        elif node.op == "bandfallback":
+            x, y = (scope.names[self.key(n)] for n in node.args)
+            parts = [f"{xc} if {x[3]} == 1.0 else {yc}" for xc, yc in zip(x, y)]
+        else:
+            c = self.ex(node.args[0], ctx, scope)
+            x, y = (scope.names[self.key(n)] for n in node.args[1:])
+            parts = [f"k_cond({c}, {xc}, {yc})" for xc, yc in zip(x[:3], y[:3])]
+            parts.append(f"{x[3]} if {c} == 1.0 else ({y[3]} if {c} == 0.0 else 0.0)")
+        o(self.note(f"band {node.op}"))
+        for name, part in zip(names, parts):
+            o(f"{name} = {part}")
+        scope.names[self.key(node)] = names
+
+    def select_loop(self, over: str):
+        """(loop header, index variable, context, local index expression) over one group."""
+        if over:
+            off = self.list_offsets[over]
+            return f"for j in range({off}[g], {off}[g + 1]):", "j", "item", f"j - {off}[g]"
+        return "for i in range(s, e):", "i", "rollout", "i - s"
+
+    def selection(self, node: Node, scope: Scope) -> tuple[str, str, str]:
+        """(values, indices, count) of a reduction's selection in this group.
+
+        Reductions over the same values and mask share one copy per group, kept in a buffer of
+        its own (so the scheduler may fill several in one pass); the order statistics share one
+        sorted copy.
+        """
+        op, over = node.attr
+        arg, mask = node.args[:2]
+        key = self.selection_key(node)
+        if key in scope.names:
+            return scope.names[key]
+        o = self.out
+        ops = self.selection_ops[key]
+        vals, idx, k = self.fresh("sel"), self.fresh("isel"), self.fresh("ksel")
+        self.alloc_scratch(vals, "np.empty(width)")
+        indexed = "argmin" in ops or "argmax" in ops
+        if not indexed:
+            idx = "ibuf"  # passed along, never read
+        else:
+            self.alloc_scratch(idx, "np.zeros(width, np.int64)")
+        header, _, ctx, local = self.select_loop(over)
+        o(self.note(f"selection {vals} for {'/'.join(sorted(set(map(_reduction, ops))))} "
+                    f"({'items of ' + self.list_offsets[over] if over else 'rollouts'}{', sorted' if key[3] else ''})"))
+        o(f"{k} = 0")
+        o(header)
+        with o.indented():
+            # branch-free selection: write every value, advance past the selected ones only
+            o(f"{vals}[{k}] = {self.ex(arg, ctx, scope)}")
+            if indexed:
+                o(f"{idx}[{k}] = {local}")
+            unmasked = mask.op == "const" and mask.attr == 1.0
+            o(f"{k} += 1" if unmasked else f"{k} += {self.ex(mask, ctx, scope)} == 1.0")
+        if key[3]:
+            o(f"k_sort({vals}, {k})")
+        scope.names[key] = (vals, idx, k)
+        return vals, idx, k
+
+    def selection_key(self, node: Node) -> tuple:
+        """What a reduction reads: its values, its mask, the list it runs over, and whether sorted."""
+        op, over = node.attr
+        return (self.key(node.args[0]), self.key(node.args[1]), over, op in SORTED_OPS)
+
+    def alloc_scratch(self, name: str, init: str) -> None:
+        """A group-sized buffer in the function being emitted (the chunk function or the kernel)."""
+        lines = self.chunk_arrays if self.in_chunk else self.arrays
+        line = f"{name} = {init}"
+        if line not in lines:
+            lines.append(line)
+
+    def emit_reduce(self, node: Node, scope: Scope) -> None:
+        o = self.out
+        op, over = node.attr
+        arg, mask, *extras = node.args
+        header, _, ctx, _ = self.select_loop(over)
+        name = self.fresh("r")
+        vals, idx, k = self.selection(node, scope)
+        if op in ROLLOUT_VALUED:
+            storage = f"item:{over}" if over else ("rollout" if self.key(node) in self.stored else "local")
+            self.alloc(storage, name)
+            target = self.read(storage, name, ctx)
+            value = self.ex(arg, ctx, scope)
+            if op == "minmax":
+                o(f"lo_ = red_min({vals}, {idx}, {k}, 0.0)")
+                o(f"hi_ = red_max({vals}, {idx}, {k}, 0.0)")
+                o(header)
+                with o.indented():
+                    o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
+            else:
+                o(f"mean_ = red_mean({vals}, {idx}, {k}, 0.0)")
+                o(header)
+                with o.indented():
+                    o(f"{target} = nan if isnan(mean_) else {value} - mean_")
+            scope.names[self.key(node)] = target
+            if self.key(node) in self.stored:
+                self.stored[self.key(node)] = target
+            return
+        extra = self.ex(extras[0], "group", scope) if extras else "0.0"
+        call = f"srt_{op}({vals}, tbuf, {k}, {extra})" if op in SORTED_OPS else f"red_{op}({vals}, {idx}, {k}, {extra})"
+        if self.key(node) in self.stored:
+            self.alloc("group", name)
+            o(f"{name}[g] = {call}")
+            scope.names[self.key(node)] = f"{name}[g]"
+            self.stored[self.key(node)] = f"{name}[g]"
+        else:
+            o(f"{name} = {call}")
+            scope.names[self.key(node)] = name
+
+    def emit_breduce(self, node: Node, scope: Scope) -> None:
+        o = self.out
+        arg, mask = node.args
+        name = self.fresh("b")
+        o(self.note(f"batch.{_reduction(node.attr)}"))
+        o("kb = 0")
+        o("for g in range(G):")
+        with o.indented():
+            o("s = offsets[g]")
+            o("e = offsets[g + 1]")
+            inner = Scope(self.metric_names) if self.in_metrics else Scope()
+            self.hoist(arg, inner, "group")
+            self.hoist(mask, inner, "group")
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"if {self.ex(mask, 'rollout', inner)} == 1.0:")
+                with o.indented():
+                    o(f"bbuf[kb] = {self.ex(arg, 'rollout', inner)}")
+                    o("kb += 1")
+        o(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
+        scope.names[self.key(node)] = name

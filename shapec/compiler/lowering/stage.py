@@ -1,0 +1,33 @@
+"""StageLowering: one shaper (a pipeline stage) lowered to one kernel, assembled from one mixin
+per pass (arguments, expressions, hoisting, statements, groups), which share its state."""
+
+from __future__ import annotations
+
+from ..ir import ShaperIR
+from .arguments import Arguments
+from .emitter import Arg
+from .expressions import Expressions
+from .groups import Groups
+from .names import Namer
+from .reductions import Hoisting
+from .statements import Statements
+
+
+class StageLowering(Arguments, Expressions, Hoisting, Statements, Groups):
+    """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
+
+    def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False):
+        self.ir = ir
+        self.fname = fname
+        self.namer = namer
+        self.parallel = parallel
+        self.pending: dict[str, str] = {}  # temporaries not yet written (Emitter)
+        self.out = self.emitter()
+        self.var_names: dict[str, str] = {}
+        self.keys: dict[int, int] = {}  # id(node) -> its structural identity as a small number
+        self.interned: dict[tuple, int] = {}
+        self.vars: dict[str, str] = {}  # var name -> storage: rollout, group, scalar, item:<list>, term:<k>, factor:<k>
+        self.args: list[Arg] = []
+        self.arrays: list[str] = []  # allocation lines for per-variable arrays of the whole batch
+        self.chunk_arrays: list[str] = []  # ... and for group-sized scratch, one per chunk of groups
+        self.plan_args()

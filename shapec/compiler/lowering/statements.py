@@ -1,0 +1,318 @@
+"""Statement emission: channels, batch statements, skips, lets, gates, gate rules, terms,
+clamps, factors (with their group-level guards), a group's outputs and the metrics, each in
+the order runtime/interp.py runs them."""
+
+from __future__ import annotations
+
+from ..ir import CONST, GROUP, PARAM, Node, Step
+from .emitter import Scope, walk
+
+
+class Statements:
+    """The part of StageLowering (stage.py) that writes one statement at a time."""
+
+    def lower_channels(self, batch: Scope) -> None:
+        """Channels for the whole batch up front when batch statements or metrics read them."""
+        o = self.out
+        names = {name for name, _ in self.ir.channels}
+        outside = [*(s.expr for s in self.ir.batch_steps), *(m for _, m in self.ir.metrics)]
+        self.global_channels = any(n.op == "ref" and n.attr[0] == "var" and n.attr[1] in names
+                                   for node in outside for n in walk(node))
+        if not self.ir.channels or not self.global_channels:
+            return
+        o(self.note("channels"))
+        o("for g in range(G):")
+        with o.indented():
+            o("s = offsets[g]")
+            o("e = offsets[g + 1]")
+            self.group_channels("rollout")
+
+    def group_channels(self, storage: str) -> None:
+        o = self.out
+        for name, _ in self.ir.channels:
+            self.vars[name] = storage
+            self.alloc(storage, self.var(name))
+        o("for i in range(s, e):")
+        with o.indented():
+            for name, node in self.ir.channels:
+                o(f"{self.read(storage, self.var(name), 'rollout')} = {self.ex(node, 'rollout', Scope())}")
+
+    def lower_batch_steps(self, batch: Scope) -> None:
+        o = self.out
+        states = [n for n, _ in self.ir.states]
+        for step in self.ir.batch_steps:
+            o(self.note(self.label(step)))
+            self.hoist(step.expr, batch, "batch")
+            value = self.ex(step.expr, "batch", batch)
+            if step.kind == "state":
+                o(f"{self.state_names[step.name]} = {value}")
+                o(f"state_out[{states.index(step.name)}] = {self.state_names[step.name]}")
+            else:
+                self.vars[step.name] = "scalar"
+                o(f"{self.var(step.name)} = {value}")
+        # constant lets and gates depend on nothing per group: compute them once, up front
+        for step in self.ir.steps:
+            if step.kind in ("let", "gate") and step.expr.ty.level == CONST and not step.expr.ty.items:
+                self.hoist(step.expr, batch, "batch")
+                self.vars[step.name] = "scalar"
+                o(f"{self.var(step.name)} = {self.ex(step.expr, 'batch', batch)}")
+
+    def lower_skips(self, scope: Scope) -> None:
+        ir, o = self.ir, self.out
+        o("code = 0")
+        config = [s for s in ir.skips if s.expr.ty.level <= PARAM]
+        data = [s for s in ir.skips if s.expr.ty.level > PARAM]
+
+        def apply(steps):
+            for step in steps:
+                self.hoist(step.expr, scope, "group")
+                v = self.ex(step.expr, "group", scope)
+                hit = f"{v} == 1.0" if step.mode == "when" else f"{v} != 1.0"
+                o(f"if code == 0 and {hit}:  " + self.note(self.label(step)))
+                with o.indented():
+                    o(f"code = {ir.skip_reasons.index(step.name)}")
+
+        apply(config)
+        if ir.requires == "binary":
+            o("if code == 0:  " + self.note("binary rewards only"))
+            with o.indented():
+                o("for i in range(s, e):")
+                with o.indented():
+                    o("r = rewards[i]")
+                    o("if not (abs(r) <= 1e-06 or abs(r - 1.0) <= 1e-06) or (use_components and components[i] > 0):")
+                    with o.indented():
+                        o(f"code = {ir.skip_reasons.index('non_binary')}")
+                        o("break")
+        apply(data)
+        o("skip[g] = code")
+
+    def rollout_loop(self, step: Step, scope: Scope) -> str:
+        """The statement's value per rollout, with the reductions of its value, `on` and `when` hoisted."""
+        for n in (step.expr, step.on, step.when):
+            if n is not None:
+                self.hoist(n, scope, "group")
+        return self.ex(step.expr, "rollout", scope)
+
+    def applies(self, step: Step, scope: Scope) -> str:
+        """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none)."""
+        parts = []
+        if step.on is not None:
+            on = self.ex(step.on, "rollout", scope)
+            parts.append(f"float(i - s) == {on}" if step.on.ty.kind == "index" else f"{on} == 1.0")
+        if step.when is not None:
+            parts.append(f"{self.ex(step.when, 'rollout', scope)} == 1.0")
+        return "".join(f"({p}) and " for p in parts)
+
+    def step_let(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        if step.name in self.vars:  # a constant, computed before the group loop
+            return
+        storage = self.storage(step.expr, step.name)
+        self.vars[step.name] = storage
+        self.alloc(storage, self.var(step.name))
+        self.hoist(step.expr, scope, "group")
+        if storage == "group":
+            o(f"{self.var(step.name)}[g] = {self.ex(step.expr, 'group', scope)}")
+        elif storage in ("rollout", "local"):
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"{self.read(storage, self.var(step.name), 'rollout')} = {self.ex(step.expr, 'rollout', scope)}")
+        else:
+            header, _, ctx, _ = self.select_loop(storage[5:])
+            o(header)
+            with o.indented():
+                o(f"{self.var(step.name)}[j] = {self.ex(step.expr, ctx, scope)}")
+
+    def step_gate(self, step: Step, scope: Scope) -> None:
+        self.step_let(step, scope)
+        if step.name in self.gate_index:
+            value = self.read(self.vars[step.name], self.var(step.name), "group")
+            self.out(f"gates[{self.gate_index[step.name]}, g] = k_gate_code({value})")
+
+    def step_gaterules(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        self.vars[step.name] = "group"
+        self.alloc("group", self.var(step.name))
+        reasons = self.ir.gate_reasons[step.name]
+        for _, _, when in step.rules:
+            if when is not None:
+                self.hoist(when, scope, "group")
+        o("decided = False")
+        o(f"{self.var(step.name)}[g] = 0.0")
+        o(f"gcode = {reasons.index('closed')}")
+        for verdict, reason, when in step.rules:
+            cond = "True" if when is None else f"{self.ex(when, 'group', scope)} == 1.0"
+            o(f"if not decided and {cond}:  " + self.note(f"{verdict}: reason {reasons.index(reason)}"))
+            with o.indented():
+                o(f"{self.var(step.name)}[g] = {1.0 if verdict == 'open' else 0.0}")
+                o(f"gcode = {reasons.index(reason)}")
+                o("decided = True")
+        o(f"gates[{self.gate_index[step.name]}, g] = gcode")
+
+    def guarded(self, step: Step, scope: Scope, body, off) -> None:
+        """Emit body() only for groups where every group-level conjunct of `when` is 1, else off().
+
+        A conjunct that is 0 or missing makes the whole `when` not 1 (three-valued `and` is
+        symmetric), so the statement cannot apply anywhere in the group: its reductions (sorts
+        included) are skipped. Values hoisted inside the guard leave the scope with it, and a
+        statement whose reductions a metric reads is never guarded.
+        """
+        conds = self.group_conjuncts(step.when)
+        stored = any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
+                     for n in walk(x))
+        if not conds or stored:
+            body()
+            return
+        o = self.out
+        saved = dict(scope.names)
+        guard = self.fresh("guard")  # a name of its own, so the scheduler can move it
+        o(f"{guard} = True  " + self.note("the group-level conditions of when, cheapest first, while they hold"))
+        for cond in conds:
+            o(f"if {guard}:")
+            with o.indented():
+                self.hoist(cond, scope, "group")
+                o(f"{guard} = {self.ex(cond, 'group', scope)} == 1.0")
+        o(f"if {guard}:")
+        with o.indented():
+            body()
+        o("else:")
+        with o.indented():
+            off()
+        scope.names = saved
+
+    def group_conjuncts(self, when: Node | None) -> list[Node]:
+        """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
+        if when is None:
+            return []
+        out: list[Node] = []
+
+        def flatten(n: Node) -> None:
+            if n.op == "and":
+                flatten(n.args[0])
+                flatten(n.args[1])
+            else:
+                out.append(n)
+
+        flatten(when)
+        group = [c for c in out if c.ty.level <= GROUP and not c.ty.items]
+        return sorted(group, key=lambda c: any(n.op in ("reduce", "breduce") for n in walk(c)))
+
+    def step_term(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        k = self.ir.terms.index(step.name)
+        total = "tot[i - s] + " if self.has_terms else ""
+
+        def body():
+            value = self.rollout_loop(step, scope)
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"x = {value}")
+                o(f"terms[{k}, i] = x if {self.applies(step, scope)}not isnan(x) else 0.0")
+                o(f"tot[i - s] = {total}terms[{k}, i]")
+
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"terms[{k}, i] = 0.0")
+                if not total:
+                    o("tot[i - s] = 0.0")
+
+        self.guarded(step, scope, body, off)
+        self.has_terms = True
+
+    def start_running(self) -> None:
+        """The running reward: the input reward plus the term sum, from the first clamp or factor on."""
+        if self.first_running:
+            self.out(f"run[i - s] = rewards[i]{' + tot[i - s]' if self.has_terms else ''}")
+
+    def step_clamp(self, step: Step, scope: Scope) -> None:
+        o = self.out
+
+        def body():
+            lo = self.rollout_loop(step, scope)
+            o("for i in range(s, e):")
+            with o.indented():
+                self.start_running()
+                o(f"lo = {lo}")
+                o(f"run[i - s] = lo if {self.applies(step, scope)}not isnan(lo) and run[i - s] < lo else run[i - s]")
+
+        def off():
+            if not self.first_running:
+                o("pass")
+                return
+            o("for i in range(s, e):")
+            with o.indented():
+                self.start_running()
+
+        self.guarded(step, scope, body, off)
+        self.first_running = False
+
+    def step_factor(self, step: Step, scope: Scope) -> None:
+        o = self.out
+        k = self.ir.factors.index(step.name)
+
+        def preamble():
+            self.start_running()
+            if self.first_factor:
+                o("base[i - s] = run[i - s]")
+
+        def body():
+            m = self.rollout_loop(step, scope)
+            o("for i in range(s, e):")
+            with o.indented():
+                preamble()
+                o(f"m = {m}")
+                o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
+                o(f"factors[{k}, i] = m if applied else 1.0")
+                o("run[i - s] = run[i - s] * m if applied else run[i - s]")
+
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                preamble()
+                o(f"factors[{k}, i] = 1.0")
+
+        self.guarded(step, scope, body, off)
+        self.first_running = False
+        self.first_factor = False
+
+    def finish_group(self, scope: Scope) -> None:
+        ir, o = self.ir, self.out
+        o(self.note("the group's rewards; a skipped group passes through"))
+        if ir.result is not None:
+            self.hoist(ir.result, scope, "group")
+            final = self.ex(ir.result, "rollout", scope)
+        elif not self.first_running:
+            final = "run[i - s]"
+        else:
+            final = "rewards[i] + tot[i - s]" if self.has_terms else "rewards[i]"
+        o("if code == 0:")
+        with o.indented():
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"out[i] = {final}")
+                o("if bad_i < 0 and not np.isfinite(out[i]):")
+                with o.indented():
+                    o("bad_i = i")
+                    o("bad_g = g")
+        o("else:")
+        with o.indented():
+            o("for i in range(s, e):")
+            with o.indented():
+                o("out[i] = rewards[i]")
+                for k in range(len(ir.terms)):
+                    o(f"terms[{k}, i] = 0.0")
+                for k in range(len(ir.factors)):
+                    o(f"factors[{k}, i] = 1.0")
+            for k in range(len(ir.gate_reasons)):
+                o(f"gates[{k}, g] = -1")
+
+    def lower_metrics(self, batch: Scope) -> None:
+        o = self.out
+        self.in_metrics = True
+        self.metric_names = {k: v for k, v in self.stored.items() if v}
+        for k, (name, node) in enumerate(self.ir.metrics):
+            o(self.note(f"metric {k}"))
+            self.hoist(node, batch, "batch")
+            o(f"metrics[{k}] = {self.ex(node, 'batch', batch)}")
+
