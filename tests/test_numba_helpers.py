@@ -1,0 +1,108 @@
+"""The numba helpers as plain Python (no numba): each agrees with the interpreter's rule it restates."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shapec.compiler.lowering import numba_helpers as h
+from shapec.compiler.lowering.helper_source import HELPER_FUNCTIONS, HELPERS
+from shapec.runtime import interp
+
+NAN = math.nan
+TRUTH = (0.0, 1.0, NAN)
+NUMBERS = (-2.0, -0.0, 0.0, 0.5, 1.0, 3.0, math.inf, NAN)
+SELECTIONS = ([], [3.0], [2.0, 2.0], [5.0, 1.0, 4.0, 1.0], [1.0, NAN, 2.0], list(np.linspace(9.0, -3.0, 40)),
+              [0.0, 1.0, 1.0, 0.0, 1.0])
+REDUCTIONS = ("count", "any", "all", "sum", "mean", "min", "max", "argmin", "argmax", "std")
+ORDER_STATISTICS = (("median", (0.0,)), ("mad", (0.0,)), ("quantile", (0.0, 0.3, 1.0, 1.5, NAN)),
+                    ("nth_largest", (0.0, 1.0, 2.0, 50.0, -1.0, NAN)))
+
+
+def same(a, b) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def test_three_valued_logic_matches_the_interpreter():
+    for a, b in itertools.product(TRUTH, TRUTH):
+        assert same(h.k_and(a, b), float(interp.k_and(np.float64(a), np.float64(b))))
+        assert same(h.k_or(a, b), float(interp.k_or(np.float64(a), np.float64(b))))
+    ops = ("==", "!=", "<", "<=", ">", ">=")
+    for a, b in itertools.product(NUMBERS, NUMBERS):
+        for code, op in enumerate(ops):
+            assert same(h.k_cmp(code, a, b), float(interp.k_cmp(op, np.float64(a), np.float64(b)))), (op, a, b)
+    assert (h.k_flag(True), h.k_flag(False)) == (1.0, 0.0)
+
+
+def test_choices_and_bounds_follow_missing_values():
+    assert [h.k_cond(c, 5.0, 7.0) for c in TRUTH][:2] == [7.0, 5.0] and math.isnan(h.k_cond(NAN, 5.0, 7.0))
+    assert h.k_fallback(NAN, 2.0) == 2.0 and h.k_fallback(3.0, 2.0) == 3.0
+    for a, b in itertools.product(NUMBERS, NUMBERS):
+        lo, hi = (NAN, NAN) if math.isnan(a) or math.isnan(b) else (min(a, b), max(a, b))
+        assert same(h.k_min(a, b), lo) and same(h.k_max(a, b), hi)
+        x = np.float64(a)
+        assert same(h.k_clip(a, -1.0, b), float(np.where(np.isnan(x) | np.isnan(b), NAN,
+                                                         np.minimum(np.maximum(x, -1.0), b))))
+    assert [h.k_gate_code(v) for v in TRUTH] == [1, 0, 2]
+
+
+def test_log_and_sqrt_are_missing_outside_their_domain():
+    assert h.k_log(math.e) == pytest.approx(1.0) and math.isnan(h.k_log(0.0)) and math.isnan(h.k_log(-1.0))
+    assert h.k_sqrt(4.0) == 2.0 and h.k_sqrt(0.0) == 0.0 and math.isnan(h.k_sqrt(-1.0))
+
+
+def test_band_matches_the_interpreters_band_multiplier():
+    bands = [(1.0, 3.0, 0.5, 1.0), (1.0, 3.0, 0.5, 0.0), (3.0, 1.0, 0.5, 1.0), (NAN, 3.0, 0.5, 1.0), (0.0, 4.0, 0.0, 1.0)]
+    for (a, b, f, present), x in itertools.product(bands, (-1.0, 0.0, 1.0, 2.0, 3.0, 9.0)):
+        want = interp.band_multiplier(*(np.array([v]) for v in (x, a, b, f, present)))[0]  # arrays, as it runs
+        assert same(h.k_band(x, a, b, f, present), want), (a, b, f, present, x)
+
+
+def test_buffer_utilities():
+    buf = np.array([3.0, NAN, 1.0])
+    assert h.k_usable(buf, 1) and not h.k_usable(buf, 2) and not h.k_usable(buf, 0)
+    assert h.k_seq_sum(np.array([0.1, 0.2, 0.3, 9.0]), 3) == interp.seq_sum([0.1, 0.2, 0.3])
+    for values in SELECTIONS:
+        buf = np.array([*values, -99.0])  # a scratch buffer is longer than its selection
+        h.k_sort(buf, len(values))
+        assert list(buf[:len(values)]) == sorted(values) or any(map(math.isnan, values))
+        assert buf[-1] == -99.0
+        if values and not any(map(math.isnan, values)):
+            assert h.k_sorted_median(buf, len(values)) == float(np.median(values))
+
+
+@pytest.mark.parametrize("op", REDUCTIONS)
+def test_reductions_match_reduce_values(op):
+    fn = getattr(h, f"red_{op}")
+    for values in SELECTIONS:
+        k = len(values)
+        buf = np.array([*values, 7.0])
+        ibuf = np.arange(10, 11 + k)  # indices in the group: argmin and argmax report these
+        got, want = fn(buf, ibuf, k, 0.0), interp.reduce_values(op, np.array(values), ())
+        if op in ("argmin", "argmax") and not math.isnan(want):
+            want = float(ibuf[int(want)])
+        assert same(got, want) if op != "std" else same(got, want) or got == pytest.approx(want), (op, values)
+
+
+@pytest.mark.parametrize("op, extras", ORDER_STATISTICS)
+def test_order_statistics_on_a_sorted_selection_match_reduce_values(op, extras):
+    fn = getattr(h, f"srt_{op}")
+    for values, extra in itertools.product(SELECTIONS, extras):
+        k = len(values)
+        s = np.array([*values, 7.0])
+        h.k_sort(s, k)
+        got = fn(s, np.empty(k + 1), k, extra)
+        assert same(got, interp.reduce_values(op, np.array(values), (extra,))), (op, values, extra)
+
+
+def test_every_helper_is_tested_here_and_emitted_under_njit():
+    called = set(re.findall(r"\bh\.(k_[a-z_]+)\(", Path(__file__).read_text()))
+    tested = called | {f"red_{op}" for op in REDUCTIONS} | {f"srt_{op}" for op, _ in ORDER_STATISTICS}
+    assert tested == set(HELPER_FUNCTIONS)
+    for name, source in HELPERS.items():
+        assert source.startswith('@njit(error_model="numpy", cache=True)\ndef ' + name + "(")
