@@ -208,6 +208,8 @@ def _module_and_namer():
     ("from os import path", "imports from 'os'"),
     ("from numba import jit", "imports from 'numba', or names it does not hold"),
     ("x = np.__dict__", "identifier '__dict__'"),
+    ("def k_evil(a):\n    return a", "identifier 'k_evil'"),  # helpers are numba_helpers.py's functions only
+    ("x = k_and.__globals__", "identifier '__globals__'"),
     ("x = f'{np}'", "has a JoinedStr"),
     ("x = lambda: 0", "has a Lambda"),
     ("class K:\n    pass", "has a ClassDef"),
