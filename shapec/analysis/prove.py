@@ -38,8 +38,9 @@ class Verdict:
 def decide(ir: ShaperIR, goal: Goal, trials: int = TRIALS) -> Verdict:
     from .symbolic import prove
 
-    if static.proves(ir, goal.ensure):
-        return Verdict(ir, goal, "proved", "static: the interval of every shaped reward lies in the range")
+    cheap = static.decide(ir, goal.ensure)
+    if cheap is not None and cheap[0] == "proved":
+        return Verdict(ir, goal, "proved", cheap[1])
     symbolic = prove(ir, goal.ensure)
     if symbolic == "proved":
         return Verdict(ir, goal, "proved", ARGUMENT)

@@ -1,18 +1,30 @@
-"""Cheap interval reasoning over the typed IR: bounds of expressions and of the shaped reward.
+"""The cheap pass: interval reasoning over the typed IR, the one plain `shapec check` runs (no z3, no
+search, no numpy) and the first thing `--prove` tries.
 
-Plain `shapec check` runs only this pass (no z3, no search): a declared `within` whose bounds the
-intervals already imply is proved here, for every group size and param value in range.
+Booleans get intervals too ([0, 0]: false or missing, [1, 1]: true or missing), so a statement whose
+guard cannot hold is seen to do nothing, and a guard's comparisons narrow what its expression reads
+(`-p when p > 0` is <= 0). Fixing the reward of the rollout in question, 0 or 1, gives the bounds of
+what a wrong and a correct rollout can end at: that decides `order_kept` over binary rewards and
+`all_wrong_unchanged` by monotonicity (every wrong rollout ends at or below every correct one). The
+intervals over-approximate, so a clause they do not prove is left to `--prove`; they refute one only
+when no shaped reward at all can keep it (the whole interval is on the wrong side).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ..compiler.intervals import arith, bounds_call
-from ..compiler.ir import Ensure, Node, ShaperIR
+from ..compiler.ir import PARAM, ROLLOUT, UNITS, Ensure, Node, ShaperIR
 
 INF = math.inf
-REWARD = {"binary": (0.0, 1.0), "unit": (0.0, 1.0), "nonneg": (0.0, INF), "real": (-INF, INF)}
+FULL = (-INF, INF)
+REWARD = {"binary": (0.0, 1.0), "unit": (0.0, 1.0), "nonneg": (0.0, INF), "real": FULL}
+NEVER_MISSING_CALLS = ("min", "max", "clip", "abs", "float", "int", "exp", "sigmoid", "cos")
+FLIP = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
+MIRROR = {">": "<", ">=": "<=", "<": ">", "<=": ">=", "==": "==", "!=": "!="}
+MAX_DEPTH = 64
 
 
 def _defs(ir: ShaperIR) -> dict:
@@ -21,107 +33,367 @@ def _defs(ir: ShaperIR) -> dict:
     return defs
 
 
-def interval(ir: ShaperIR, node: Node, over: str | None = None, _defs_cache=None) -> tuple[float, float]:
-    """Conservative bounds of a numeric expression (booleans: [0, 1])."""
-    defs = _defs_cache if _defs_cache is not None else _defs(ir)
+def _hull(*rs) -> tuple[float, float]:
+    return min(r[0] for r in rs), max(r[1] for r in rs)
 
-    def rng(n: Node, depth: int = 0) -> tuple[float, float]:
-        if n.ty.kind == "bool":
-            return 0.0, 1.0
-        if depth > 64:
-            return -INF, INF
-        op, a = n.op, n.args
+
+def _divide(x, y) -> tuple[float, float]:
+    if not (y[0] > 0 or y[1] < 0):
+        return FULL
+    cands = []
+    for p in x:
+        for q in y:
+            if math.isinf(q):
+                cands.append(0.0 if not math.isinf(p) else math.copysign(INF, p * q))
+            else:
+                cands.append(p / q)
+    return min(cands), max(cands)
+
+
+class Bounds:
+    """Intervals of one shaper's expressions for one reward domain.
+
+    `own` fixes the reward of the rollout in question (outside reductions); with `everyone` the other
+    rollouts of its group have that reward too (an all-zero group). `assume` holds what a guard
+    implies: (namespace, name) -> interval.
+    """
+
+    def __init__(self, ir: ShaperIR, over: str | None = None, own: float | None = None, everyone: bool = False):
+        self.ir = ir
+        domain = REWARD[over or ir.requires]
+        self.own = (own, own) if own is not None else domain
+        self.member = self.own if everyone else domain
+        self.defs = _defs(ir)
+        self.terms = {st.name: st for st in ir.steps if st.kind == "term"}
+        self.params = {p.name: p for p in ir.params}
+        self.inputs = dict(ir.inputs)
+        self.assume: dict = {}
+        self.memo: dict = {}
+
+    @contextlib.contextmanager
+    def assuming(self, facts: dict):
+        """Within the block, the refs in `facts` are narrowed to their intervals."""
+        saved = self.assume, self.memo
+        merged = dict(self.assume)
+        for key, (lo, hi) in facts.items():
+            old = merged.get(key, FULL)
+            merged[key] = (max(old[0], lo), min(old[1], hi))
+        self.assume, self.memo = merged, {}
+        try:
+            yield
+        finally:
+            self.assume, self.memo = saved
+
+    # ------------------------------------------------------------------ expressions
+    def of(self, node: Node, inner: bool = False, depth: int = 0) -> tuple[float, float]:
+        """Bounds of a value when present; `inner` inside a reduction (the other rollouts of the group)."""
+        key = (id(node), inner)
+        if key not in self.memo:
+            out = self._eval(node, inner, depth) if depth <= MAX_DEPTH else FULL
+            if node.ty.kind == "bool":
+                out = (max(out[0], 0.0), min(out[1], 1.0))
+            self.memo[key] = out
+        return self.memo[key]
+
+    def _eval(self, n: Node, inner: bool, depth: int) -> tuple[float, float]:
+        op, a, d = n.op, n.args, depth + 1
         if op == "const":
             return float(n.attr), float(n.attr)
         if op == "ref":
-            ns, name = n.attr
-            if ns == "param":
-                sp = next(p for p in ir.params if p.name == name)
-                if sp.kind == "enum":
-                    return 0.0, float(len(sp.members) - 1)
-                return (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
-            if ns == "input":
-                return (0.0, INF) if dict(ir.inputs)[name] != "float" else (-INF, INF)
-            if ns == "builtin" and name in ("reward", "env_reward"):
-                return REWARD[over or ir.requires]
-            if ns == "builtin" and name == "group_size":
-                return 1.0, INF
-            if ns == "var" and name in defs:
-                return rng(defs[name], depth + 1)
-            return -INF, INF
+            return self._ref(n, inner, d)
+        if op == "not":
+            lo, hi = self.of(a[0], inner, d)
+            return 1.0 - hi, 1.0 - lo
+        if op in ("and", "or"):
+            x, y = self.of(a[0], inner, d), self.of(a[1], inner, d)
+            return (min(x[0], y[0]), min(x[1], y[1])) if op == "and" else (max(x[0], y[0]), max(x[1], y[1]))
+        if op == "cmp":
+            if any(x.ty.kind == "band" for x in a):
+                return 0.0, 1.0
+            return self._compare(n.attr, self.of(a[0], inner, d), self.of(a[1], inner, d))
         if op == "neg":
-            lo, hi = rng(a[0], depth + 1)
+            lo, hi = self.of(a[0], inner, d)
             return -hi, -lo
-        if op in ("band",):
+        if op == "band":
             return 0.0, 1.0
         if op == "bin":
-            (x0, x1), (y0, y1) = rng(a[0], depth + 1), rng(a[1], depth + 1)
-            simple = arith(n.attr, (x0, x1), (y0, y1))
-            if simple is not None:
-                return simple
-            if n.attr == "/" and y0 > 0 and x0 >= 0:
-                return 0.0, x1 / y0 if not math.isinf(x1) else INF
-            if n.attr == "**" and x0 >= 1 and y1 <= 0:
-                return 0.0, 1.0
-            return -INF, INF
+            return self._bin(n.attr, self.of(a[0], inner, d), self.of(a[1], inner, d))
         if op == "call":
-            rs = [rng(x, depth + 1) for x in a]
-            fn = n.attr
-            known = bounds_call(fn, rs)
-            if known is not None:
-                return known
-            if fn == "float":
-                return rs[0]
-            if fn in ("sigmoid", "band"):
-                return 0.0, 1.0
-            if fn in ("exp", "sqrt", "abs"):
-                return 0.0, INF
-            if fn == "cos":
-                return -1.0, 1.0
-            return -INF, INF
-        if op in ("cond", "fallback"):
-            rs = [rng(x, depth + 1) for x in (a[1:] if op == "cond" else a)]
-            return min(r[0] for r in rs), max(r[1] for r in rs)
-        if op == "reduce" and n.attr[0] in ("min", "max", "mean", "median", "nth_largest", "quantile"):
-            return rng(a[0], depth + 1)
-        if op == "reduce" and n.attr[0] == "minmax":
+            return self._call(n.attr, [self.of(x, inner, d) for x in a])
+        if op == "cond":
+            c = self.of(a[0], inner, d)
+            yes = self.narrowed(a[0], inner, d, lambda: self.of(a[1], inner, d)) if c[1] > 0 else None
+            no = self.narrowed(a[0], inner, d, lambda: self.of(a[2], inner, d), negate=True) if c[0] < 1 else None
+            rs = [r for r in (yes, no) if r is not None]
+            return _hull(*rs) if rs else FULL
+        if op == "fallback":
+            return _hull(self.of(a[0], inner, d), self.of(a[1], inner, d))
+        if op in ("reduce", "breduce"):
+            return self._reduce(n, d)
+        return FULL
+
+    def _ref(self, n: Node, inner: bool, d: int) -> tuple[float, float]:
+        ns, name = n.attr
+        out = FULL
+        if ns == "param":
+            sp = self.params[name]
+            if sp.kind == "enum":
+                out = (0.0, float(len(sp.members) - 1))
+            elif sp.kind == "bool":
+                out = (0.0, 1.0)
+            elif sp.kind != "band":
+                out = (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
+        elif ns == "input":
+            typ = self.inputs[name]
+            out = (0.0, 1.0) if typ == "bool" else (0.0, INF) if typ in UNITS else FULL
+        elif ns == "builtin" and name in ("reward", "env_reward"):
+            out = self.member if inner else self.own
+        elif ns == "builtin" and name == "group_size":
+            out = (1.0, INF)
+        elif ns == "var" and name in self.terms:
+            out = self.contribution(self.terms[name], inner, d)
+        elif ns == "var" and name in self.defs:
+            out = self.of(self.defs[name], inner, d)
+        fact = self.assume.get((ns, name))
+        if fact is not None and (not inner or n.ty.level < ROLLOUT):
+            out = (max(out[0], fact[0]), min(out[1], fact[1]))
+        return out
+
+    @staticmethod
+    def _compare(op: str, x, y) -> tuple[float, float]:
+        true = {">": x[0] > y[1], ">=": x[0] >= y[1], "<": x[1] < y[0], "<=": x[1] <= y[0],
+                "==": x[0] == x[1] == y[0] == y[1]}
+        false = {">": x[1] <= y[0], ">=": x[1] < y[0], "<": x[0] >= y[1], "<=": x[0] > y[1],
+                 "==": x[1] < y[0] or y[1] < x[0]}
+        if op == "!=":
+            return (0.0, 0.0) if true["=="] else (1.0, 1.0) if false["=="] else (0.0, 1.0)
+        return (1.0, 1.0) if true[op] else (0.0, 0.0) if false[op] else (0.0, 1.0)
+
+    @staticmethod
+    def _bin(op: str, x, y) -> tuple[float, float]:
+        if op == "*" and ((0.0, 0.0) in (x, y)):
+            return 0.0, 0.0
+        simple = arith(op, x, y)
+        if simple is not None:
+            return simple
+        if op == "/":
+            return _divide(x, y)
+        if op == "**" and x[0] >= 1 and y[1] <= 0:
             return 0.0, 1.0
-        if op == "reduce" and n.attr[0] == "count":
+        if op == "**" and x[0] >= 0 and x[1] <= 1 and y[0] >= 0:
+            return 0.0, 1.0
+        return FULL
+
+    @staticmethod
+    def _call(fn: str, rs: list) -> tuple[float, float]:
+        known = bounds_call(fn, rs)
+        if known is not None:
+            return known
+        if fn in ("float", "int"):
+            return rs[0]
+        if fn in ("sigmoid", "band"):
+            return 0.0, 1.0
+        if fn == "exp":
+            lo, hi = rs[0]
+            return (math.exp(lo) if lo < 700 else INF), (math.exp(hi) if hi < 700 else INF)
+        if fn == "abs":
+            lo, hi = rs[0]
+            return (lo, hi) if lo >= 0 else (-hi, -lo) if hi <= 0 else (0.0, max(-lo, hi))
+        if fn == "sqrt":
             return 0.0, INF
-        return -INF, INF
+        if fn == "cos":
+            return -1.0, 1.0
+        return FULL
 
-    return rng(node)
+    def _reduce(self, n: Node, d: int) -> tuple[float, float]:
+        what = n.attr[0] if n.op == "reduce" else n.attr
+        x = self.of(n.args[0], True, d)
+        if what in ("min", "max", "mean", "median", "nth_largest", "quantile"):
+            return x
+        if what == "centered":
+            return x[0] - x[1], x[1] - x[0]
+        if what == "minmax":
+            return 0.0, 1.0
+        if what in ("count", "std", "mad"):
+            return 0.0, INF
+        if what == "sum" and x[0] >= 0:
+            return 0.0, INF
+        return FULL
 
+    # ------------------------------------------------------------------ guards
+    def conjuncts(self, node: Node, depth: int = 0) -> list[Node]:
+        """The parts of a condition that must all hold, through the lets and gates it names."""
+        if depth > MAX_DEPTH:
+            return [node]
+        if node.op == "and":
+            return [c for x in node.args for c in self.conjuncts(x, depth + 1)]
+        if node.op == "ref" and node.attr[0] == "var" and node.attr[1] in self.defs:
+            d = self.defs[node.attr[1]]
+            if d.ty.kind == "bool":
+                return [node, *self.conjuncts(d, depth + 1)]
+        return [node]
 
-def shaped_interval(ir: ShaperIR, over: str) -> tuple[float, float]:
-    """Bounds of the shaped reward: terms summed, clamps lift the floor, factors in [0, 1] scale."""
-    defs = _defs(ir)
-    lo, hi = REWARD[over]
-    if ir.result is not None:
-        rlo, rhi = interval(ir, ir.result, over, defs)
-    else:
-        for st in ir.steps:
+    def facts(self, guard: Node, inner: bool, depth: int, negate: bool = False) -> dict | None:
+        """What `guard` (or its negation, for one comparison) implies of the refs it compares; None
+        when it cannot hold."""
+        parts = [guard] if negate else self.conjuncts(guard)
+        out: dict = {}
+        for c in parts:
+            truth = self.of(c, inner, depth)
+            if truth == ((1.0, 1.0) if negate else (0.0, 0.0)):
+                return None
+            if c.op == "ref" and c.ty.kind == "bool" and not negate:
+                out[c.attr] = (1.0, 1.0)
+            if c.op != "cmp" or any(x.ty.kind == "band" for x in c.args):
+                continue
+            op = FLIP[c.attr] if negate else c.attr
+            for ref, other, rel in ((c.args[0], c.args[1], op), (c.args[1], c.args[0], MIRROR[op])):
+                if ref.op == "ref" and (not inner or ref.ty.level < ROLLOUT):
+                    lo, hi = self.of(other, inner, depth)
+                    bound = {">": (lo, INF), ">=": (lo, INF), "<": (-INF, hi), "<=": (-INF, hi), "==": (lo, hi)}
+                    if rel in bound:
+                        old = out.get(ref.attr, FULL)
+                        new = bound[rel]
+                        out[ref.attr] = (max(old[0], new[0]), min(old[1], new[1]))
+        return out
+
+    def narrowed(self, guard: Node, inner: bool, depth: int, value, negate: bool = False):
+        """`value()` under what the guard implies; None when the guard cannot hold."""
+        if negate and guard.op != "cmp":
+            return value()
+        found = self.facts(guard, inner, depth, negate)
+        if found is None:
+            return None
+        with self.assuming(found):
+            return value()
+
+    def guard_facts(self, st, inner: bool = False, depth: int = 0) -> dict | None:
+        """What a statement's `on` and `when` imply where it applies; None when it never applies."""
+        out: dict = {}
+        for g in (st.on, st.when):
+            if g is None:
+                continue
+            if g.ty.kind == "index":  # `on argmin(x where M)`: the rollout is in M
+                if g.op != "reduce":
+                    continue
+                g = g.args[1]
+            found = self.facts(g, inner, depth)
+            if found is None:
+                return None
+            for key, (lo, hi) in found.items():
+                old = out.get(key, FULL)
+                out[key] = (max(old[0], lo), min(old[1], hi))
+        return out
+
+    def contribution(self, st, inner: bool = False, depth: int = 0) -> tuple[float, float]:
+        """A term's value: its expression where it applies, 0 where it does not."""
+        found = self.guard_facts(st, inner, depth)
+        if found is None:
+            return 0.0, 0.0
+        with self.assuming(found):
+            lo, hi = self.of(st.expr, inner, depth + 1)
+        if st.on is None and st.when is None and self.never_missing(st.expr):
+            return lo, hi
+        return min(lo, 0.0), max(hi, 0.0)
+
+    def never_missing(self, n: Node, depth: int = 0) -> bool:
+        if n.ty.maybe_missing or depth > MAX_DEPTH:
+            return False
+        if n.op == "const":
+            return True
+        if n.op == "ref":
+            ns, name = n.attr
+            if ns == "var" and name in self.defs:
+                return self.never_missing(self.defs[name], depth + 1)
+            return ns in ("param", "input", "builtin", "state") or (ns == "var" and name in self.terms)
+        safe = n.op in ("neg", "not", "and", "or", "cmp", "cond", "fallback") or (
+            n.op == "bin" and n.attr in ("+", "-", "*")) or (n.op == "call" and n.attr in NEVER_MISSING_CALLS)
+        return safe and all(self.never_missing(x, depth + 1) for x in n.args)
+
+    # ------------------------------------------------------------------ the shaped reward
+    def shaped(self) -> tuple[float, float]:
+        """Bounds of the shaped reward of the rollout in question, in a group that is not skipped:
+        terms summed, clamps lift the floor, factors in [0, 1] scale only rewards > 0."""
+        if self.ir.result is not None:
+            return self.of(self.ir.result)
+        lo, hi = self.own
+        for st in self.ir.steps:
+            if st.kind not in ("term", "clamp", "factor"):
+                continue
             if st.kind == "term":
-                tlo, thi = interval(ir, st.expr, over, defs)
-                lo, hi = lo + min(tlo, 0.0), hi + max(thi, 0.0)
-            elif st.kind == "clamp":
-                clo, chi = interval(ir, st.expr, over, defs)
-                full = st.on is None and st.when is None
-                lo, hi = (max(lo, clo) if full else min(lo, clo)), max(hi, chi)
-            elif st.kind == "factor":
-                flo, fhi = interval(ir, st.expr, over, defs)
-                if flo < 0 or fhi > 1:
-                    return -INF, INF
-                lo = lo if lo <= 0 else lo * flo  # applied only where the reward entering is > 0
-        rlo, rhi = lo, hi
-    if ir.skips:  # a skipped group keeps its input rewards
-        rlo, rhi = min(rlo, REWARD[over][0]), max(rhi, REWARD[over][1])
-    return rlo, rhi
+                tlo, thi = self.contribution(st)
+                lo, hi = lo + tlo, hi + thi
+                continue
+            found = self.guard_facts(st)
+            if found is None:
+                continue
+            with self.assuming(found):
+                vlo, vhi = self.of(st.expr)
+            if st.kind == "clamp":
+                full = st.on is None and st.when is None and self.never_missing(st.expr)
+                lo, hi = (max(lo, vlo) if full else lo), max(hi, vhi)
+            elif vlo < 0 or vhi > 1:
+                return FULL
+            else:
+                lo = lo * vlo if lo > 0 else lo  # a factor not applied leaves the reward as it is
+        return lo, hi
 
 
-def proves(ir: ShaperIR, ensure: Ensure) -> bool:
-    """What intervals alone decide: a `within` the shaped reward's bounds imply."""
-    if ensure.prop != "within":
-        return False
-    lo, hi = shaped_interval(ir, ensure.over)
-    return lo >= ensure.lo and hi <= ensure.hi
+def interval(ir: ShaperIR, node: Node, over: str | None = None) -> tuple[float, float]:
+    """Conservative bounds of one expression (booleans: within [0, 1])."""
+    return Bounds(ir, over).of(node)
+
+
+def _when_facts(b: Bounds, ensure: Ensure) -> dict | None:
+    return {} if ensure.when is None else b.facts(ensure.when, False, 0)
+
+
+def _bounds(ir: ShaperIR, ensure: Ensure, own: float | None = None, everyone: bool = False):
+    """The shaped interval under the clause's `when`, or None when the `when` cannot hold."""
+    b = Bounds(ir, ensure.over, own, everyone)
+    found = _when_facts(b, ensure)
+    if found is None:
+        return None
+    with b.assuming(found):
+        return b.shaped()
+
+
+def decide(ir: ShaperIR, ensure: Ensure) -> tuple[str, str] | None:
+    """('proved' | 'refuted', how) when intervals decide the clause, else None (left to --prove).
+
+    A refutation needs every group to break the clause, so it is claimed only without a `when`, a
+    skip or a `result` that may be missing.
+    """
+    if ensure.prop == "shorter_not_worse":
+        return None
+    total = ensure.when is None and not ir.skips and (ir.result is None or Bounds(ir).never_missing(ir.result))
+    if ensure.prop == "within":
+        got = _bounds(ir, ensure)
+        if got is None:
+            return None
+        lo, hi = got
+        if ir.skips:  # a skipped group keeps its input rewards
+            lo, hi = _hull((lo, hi), REWARD[ensure.over])
+        if lo >= ensure.lo and hi <= ensure.hi:
+            return "proved", f"static: every shaped reward lies in [{lo:g}, {hi:g}]"
+        if total and (lo > ensure.hi or hi < ensure.lo):
+            return "refuted", f"static: every shaped reward lies in [{lo:g}, {hi:g}], outside [{ensure.lo:g}, {ensure.hi:g}]"
+        return None
+    if ensure.prop == "order_kept":
+        if ensure.over != "binary":
+            return None
+        wrong, right = _bounds(ir, ensure, 0.0), _bounds(ir, ensure, 1.0)
+        if wrong is None or right is None:
+            return None
+        text = f"a wrong rollout ends in [{wrong[0]:g}, {wrong[1]:g}] and a correct one in [{right[0]:g}, {right[1]:g}]"
+        if right[0] >= wrong[1]:
+            return "proved", f"static, every group size: {text}"
+        if total and right[1] < wrong[0]:
+            return "refuted", f"static: {text}"
+        return None
+    got = _bounds(ir, ensure, 0.0, everyone=True)
+    if got == (0.0, 0.0):
+        return "proved", "static, every group size: a rollout of an all-zero group ends at exactly 0"
+    if got is not None and total and (got[0] > 0 or got[1] < 0):
+        return "refuted", f"static: a rollout of an all-zero group ends in [{got[0]:g}, {got[1]:g}]"
+    return None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import z3
 
 from ..compiler.ir import ROLLOUT, Ensure, Node, ShaperIR, Type
-from .static import _defs, interval
+from .static import Bounds
 
 TIMEOUT_MS = 8000
 
@@ -29,13 +29,13 @@ class Encoder:
         self.defs = {name: node for name, node in ir.channels}
         self.defs.update({st.name: st for st in (*ir.batch_steps, *ir.steps)})
         self.zero_rewards = ensure.prop == "all_wrong_unchanged"
-        self.bounds_defs = _defs(ir)
+        self.bounds = Bounds(ir, ensure.over, 0.0, everyone=True) if self.zero_rewards else Bounds(ir, ensure.over)
 
     def fresh(self, node: Node | None = None, missing=None):
         self.n += 1
         v = z3.Real(f"v{self.n}")
         if node is not None:
-            lo, hi = interval(self.ir, node, self.ensure.over, self.bounds_defs)
+            lo, hi = self.bounds.of(node)
             if lo > -1e300:
                 self.s.add(v >= lo)
             if hi < 1e300:
@@ -100,9 +100,9 @@ class Encoder:
             return z3.If(mx, y, x), z3.And(mx, my)
         if op == "call":
             return self.call(node, i)
-        if op == "reduce":
+        if op in ("reduce", "breduce"):
             return self.reduce(node, i)
-        return self.fresh(node)  # breduce, band, bandfield, skipped: free, bounded by intervals
+        return self.fresh(node)  # band, bandfield, skipped: free, bounded by intervals
 
     def ref(self, node: Node, i: int):
         ns, name = node.attr
@@ -188,8 +188,9 @@ class Encoder:
         return self.fresh(node, miss)
 
     def reduce(self, node: Node, i: int):
-        """A group-level value: free, constrained by what the rollouts encoded here imply."""
-        op, over = node.attr
+        """A group- or batch-level value: free, constrained by what the rollouts encoded here imply (a
+        batch holds the group, so a batch min is <= each of them as well)."""
+        op, over = (node.attr, "") if node.op == "breduce" else node.attr
         if over or node.ty.items:
             return self.fresh(node)
         v, miss = self.fresh(node)
@@ -198,9 +199,11 @@ class Encoder:
             x, mx = self.ev(node.args[0], j)
             mk, mm = self.ev(node.args[1], j)
             members.append((x, mx, z3.And(z3.Not(mm), mk == 1)))
-        if self.zero_rewards and all(z3.is_false(z3.simplify(sel)) for _, _, sel in members):
+        group = node.op == "reduce"
+        if group and self.zero_rewards and all(z3.is_false(z3.simplify(sel)) for _, _, sel in members):
             empty = {"count": 0, "sum": 0, "any": 0, "all": 1}
             return (z3.RealVal(empty[op]), z3.BoolVal(False)) if op in empty else (v, z3.BoolVal(True))
+        same = group and self.zero_rewards and self.uniform(node.args[0])
         for x, mx, sel in members:
             if op == "count":
                 self.s.add(z3.Not(miss), v >= sum(z3.If(s, 1, 0) for _, _, s in members))
@@ -210,9 +213,24 @@ class Encoder:
                            z3.Implies(z3.And(sel, x != 1), v == 0))
             elif op in ("min", "max"):
                 self.s.add(z3.Implies(z3.And(sel, z3.Not(mx)), z3.And(z3.Not(miss), v <= x if op == "min" else v >= x)))
-        if op in ("argmin", "argmax"):
-            return v, miss  # an index: only `on argmin(...)` is modelled (see Shape.applies)
-        return v, miss
+            if same and op in ("mean", "min", "max", "median", "quantile", "nth_largest"):
+                self.s.add(z3.Implies(z3.And(sel, z3.Not(mx), z3.Not(miss)), v == x))
+        if same and op in ("std", "mad", "centered"):
+            self.s.add(z3.Implies(z3.Not(miss), v == 0))
+        return v, miss  # argmin/argmax: an index; only `on argmin(...)` is modelled (see applies)
+
+    def uniform(self, node: Node, depth: int = 0) -> bool:
+        """In an all-zero group: node has one value for every rollout (it reads no input)."""
+        if node.ty.level < ROLLOUT:
+            return True
+        if depth > 64:
+            return False
+        if node.op == "ref":
+            ns, name = node.attr
+            if ns == "var" and name in self.bounds.defs:
+                return self.uniform(self.bounds.defs[name], depth + 1)
+            return ns == "builtin" and name in ("reward", "env_reward")
+        return all(self.uniform(a, depth + 1) for a in node.args)
 
     # ------------------------------------------------------------------ statements
     def true(self, pair):
