@@ -62,3 +62,21 @@ def test_a_valid_band_table_keeps_absent_rows_absent(ir):
     got = batch.bands["profile_band.total"]
     assert got[0].tolist() == [1.0, 2.0, 0.5, 1.0]
     assert np.isnan(got[1, :3]).all() and got[1, 3] == 0.0
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_breakdown_off_returns_the_same_rewards_and_no_terms(backend):
+    shaper = shapec.load("nemo_rl", backend=backend).length_penalty
+    rng = np.random.default_rng(3)
+    rewards = (rng.random(24) < 0.5).astype(float)
+    channels = {"reasoning": rng.integers(0, 900, 24).astype(float),
+                "answer": rng.integers(0, 90, 24).astype(float), "low_effort": np.zeros(24)}
+    params = {"longest_total_penalty": 0.1, "group_total_length_penalty_coeff": 0.2}
+    full = shaper(rewards, group_size=4, channels=channels, params=params)
+    lean = shaper(rewards, group_size=4, channels=channels, params=params, breakdown=False)
+    assert lean.rewards.tobytes() == full.rewards.tobytes()
+    assert full.terms and full.factors and lean.terms == {} and lean.factors == {}
+    assert lean.stages[0].skip_codes.tolist() == full.stages[0].skip_codes.tolist()
+    assert lean.metrics == full.metrics
+    off = shaper(rewards, group_size=4, channels=channels, params=params, breakdown=False, training=False)
+    assert off.terms == {} and off.rewards.tobytes() == rewards.tobytes()

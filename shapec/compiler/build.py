@@ -305,23 +305,43 @@ class Kernel:
         ir = self.ir
         self.lock = _PARALLEL_LOCK if self.parallel and _serial_calls() else contextlib.nullcontext()
         self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
-        self.getters = [_getter(a, tuple(s for s, _ in ir.states)) for a in self.args if not a.source.startswith("out")]
+        inputs = [a for a in self.args if not a.source.startswith("out")]
+        states = tuple(s for s, _ in ir.states)
+        self.getters = [_getter(a, states) for a in inputs]
+        self._batch_getters = [(i, self.getters[i]) for i, a in enumerate(inputs) if a.source != "param"]
+        self._param_slots = [(i, a.key) for i, a in enumerate(inputs) if a.source == "param"]
+        self._arity = len(inputs)
+        self._params_seen: tuple = (None, ())  # the last params dict and its arguments (param_arrays reuses dicts)
 
-    def run(self, batch, params: dict[str, np.ndarray], state: dict[str, float], training: bool):
+    def arguments(self, batch, params: dict[str, np.ndarray], state: dict[str, float]) -> list:
+        """The kernel's input arguments; a params dict seen on the last call reuses its arrays."""
+        seen, prepared = self._params_seen
+        if seen is not params:
+            prepared = [(i, _f64(params[key])) for i, key in self._param_slots]
+            self._params_seen = (params, prepared)
+        values = [None] * self._arity
+        for i, get in self._batch_getters:
+            values[i] = get(batch, params, state)
+        for i, array in prepared:
+            values[i] = array
+        return values
+
+    def run(self, batch, params: dict[str, np.ndarray], state: dict[str, float], training: bool,
+            breakdown: bool = True):
         from ..runtime.interp import StageOutput
 
         ir = self.ir
         n, G = batch.n, batch.groups
         if not training:
             skip = np.full(G, ir.skip_reasons.index("validation"), dtype=np.int64)
-            return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms},
-                               {f: np.ones(n) for f in ir.factors}, skip,
+            return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms} if breakdown else {},
+                               {f: np.ones(n) for f in ir.factors} if breakdown else {}, skip,
                                {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
         T, F, NG, M = self.sizes
         out, terms, factors = np.empty(n), np.empty((T, n)), np.empty((F, n))
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
-        values = [get(batch, params, state) for get in self.getters]
+        values = self.arguments(batch, params, state)
         with self.lock:
             state_out, bad_i, bad_g = self.fn(*values, out, terms, factors, skip, gates, metrics)
         if bad_i >= 0:
@@ -329,7 +349,7 @@ class Kernel:
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
                 "guard the division or reduction that can be undefined")
         return StageOutput(
-            out, dict(zip(ir.terms, terms)), dict(zip(ir.factors, factors)), skip,
+            out, dict(zip(ir.terms, terms)) if breakdown else {}, dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), {m: float(v) for (m, _), v in zip(ir.metrics, metrics)},
             {s: float(v) for (s, _), v in zip(ir.states, state_out)})
 
@@ -383,6 +403,9 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     built again once; only a failure after that is a shapec bug. A cache folder that cannot be
     written (read-only, full, not ours) is replaced by a private temporary one, with a warning.
     """
+    from ..runtime.validate import use_compiled_checks
+
+    use_compiled_checks()  # numba is loaded anyway: the batch checks take one pass each
     source, stages = _lower_all(ir, parallel)
     if parallel:
         fork_safe_threading()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
-from .validate import BatchError, band, band_table, check_offsets, finite, group_size_offsets, integers, numeric, show
+from .validate import BatchError, band, band_table, check_offsets, clean, finite, group_size_offsets, integers, numeric, show
 
 __all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
 
@@ -69,6 +69,8 @@ def _hint(key: Any, options) -> str:
 
 def _checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
     """Finite values (NaN allowed where it means missing), >= 0 for a unit, whole for an int."""
+    if clean(arr, typ in UNITS, allow_nan, typ == "int"):
+        return arr
     if allow_nan:
         finite(name, np.where(np.isnan(arr), 0.0, arr), typ if typ in UNITS else None)
     else:
@@ -196,12 +198,12 @@ def _load_field(batch: Batch, path: str, typ: str, value: Any, G: int) -> None:
 
 def _band_column(name: str, value: Any, G: int) -> np.ndarray:
     """Per-group bands -> (G, 4) rows (a, b, f, present); None entries are absent, others must be valid."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return band_table(name, value, G)
     out = np.full((G, 4), math.nan)
     out[:, 3] = 0.0
     if value is None:
         return out
-    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return band_table(name, value, G)
     for g, block in enumerate(_rows(name, value, G)):
         if block is not None:
             out[g] = (*band(f"{name}: group {g}", block), 1.0)

@@ -255,13 +255,15 @@ class CompiledShaper:
         env_rewards: Any = None,
         training: bool = True,
         allow_short_last_group: bool = False,
+        breakdown: bool = True,
     ) -> Result:
         """Shape one batch. Bad data fails the whole call with a BatchError (nothing is shaped).
 
         `group_size` must divide the number of rewards unless `allow_short_last_group=True`, which
         makes the last group hold the remainder. `env_rewards` is what `env_reward` reads (default:
         `rewards`), for a call whose rewards were already shaped elsewhere, such as an advantage
-        stage run on its own."""
+        stage run on its own. `breakdown=False` leaves every stage's `terms` and `factors` empty:
+        the kernel then never stores them, which a trainer that only reads the rewards saves."""
         batch = make_batch(
             None, rewards, group_size=group_size, offsets=offsets, channels=channels, metadata=metadata,
             reward_components=reward_components, inputs_needed=self._inputs, metas_needed=self._metas,
@@ -276,15 +278,16 @@ class CompiledShaper:
         stage_params = self._stage_params(params)
         arrays = [param_arrays(ir, values, batch.groups) for (ir, _), values in zip(self.stages, stage_params)]
         with self._lock:
-            return self._shape(batch, env_rewards, arrays, training)
+            return self._shape(batch, env_rewards, arrays, training, breakdown)
 
-    def _shape(self, batch: Batch, env_rewards: np.ndarray, arrays: list, training: bool) -> Result:
+    def _shape(self, batch: Batch, env_rewards: np.ndarray, arrays: list, training: bool,
+               breakdown: bool = True) -> Result:
         current = batch.rewards
         result = Result(current, batch.offsets)
         for i, (ir, _) in enumerate(self.stages):
             stage_batch = Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands, batch.lists,
                                 batch.components, env_rewards)
-            out = self._run(i, ir, stage_batch, arrays[i], training)
+            out = self._run(i, ir, stage_batch, arrays[i], training, breakdown)
             if training:
                 self._state[ir.name] = dict(out.state)
             result.stages.append(StageResult(
@@ -296,11 +299,14 @@ class CompiledShaper:
         result.rewards = current
         return result
 
-    def _run(self, i: int, ir: ShaperIR, batch: Batch, params, training) -> StageOutput:
+    def _run(self, i: int, ir: ShaperIR, batch: Batch, params, training, breakdown: bool) -> StageOutput:
         state = self._state[ir.name]
         if self._kernels is not None:
-            return self._kernels[i].run(batch, params, state, training)
-        return Interpreter(ir, batch, params, state).run(training)
+            return self._kernels[i].run(batch, params, state, training, breakdown)
+        out = Interpreter(ir, batch, params, state).run(training)
+        if not breakdown:
+            out.terms, out.factors = {}, {}
+        return out
 
     def _warn_non_binary(self, ir: ShaperIR, out: StageOutput) -> None:
         """Warn once per stage of this shaper, not on every training step."""

@@ -18,6 +18,26 @@ from ..compiler.ir import UNITS
 
 _F64 = np.dtype(np.float64)
 _INT64_MAX = np.iinfo(np.int64).max
+_FAST = None  # runtime/fastcheck.py once the numba backend is in use: one-pass checks, same verdicts
+
+
+def use_compiled_checks() -> None:
+    """Let the validators answer "clean" with one numba pass (the numba backend calls this; the
+    numpy code below still decides every array the fast check does not pass, and words the error)."""
+    global _FAST
+    if _FAST is None:
+        from . import fastcheck
+
+        _FAST = fastcheck
+
+
+def _fast_1d(arr: np.ndarray) -> bool:
+    return _FAST is not None and arr.dtype == _F64 and arr.ndim == 1
+
+
+def clean(arr: np.ndarray, nonneg: bool, allow_nan: bool, whole: bool) -> bool:
+    """The fast check alone: True only when the array is certainly valid (False means: look closer)."""
+    return _fast_1d(arr) and _FAST.clean_values(arr, nonneg, allow_nan, whole)
 
 
 class BatchError(ValueError):
@@ -82,7 +102,7 @@ def _element(name: str, i: int, v: Any) -> float:
 
 def finite(name: str, arr: np.ndarray, nonneg: str | None = None) -> np.ndarray:
     """No NaN, no infinity, and (when `nonneg` names what the values are, e.g. tokens) no negative value."""
-    if len(arr) == 0:
+    if len(arr) == 0 or clean(arr, nonneg is not None, False, False):
         return arr
     total = arr.sum()
     if math.isfinite(total) and (nonneg is None or arr.min() >= 0):  # one or two reductions when all is well
@@ -125,6 +145,8 @@ def integers(name: str, value: Any) -> np.ndarray:
 
 def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards") -> np.ndarray:
     """Group boundaries: start at 0, never go back, end at the number of values they slice."""
+    if _FAST is not None and off.dtype == np.int64 and off.ndim == 1 and _FAST.clean_offsets(off, total):
+        return off
     if len(off) < 1:
         raise BatchError(f"{name}: expected at least one offset (0), got an empty array")
     if off[0] != 0 or off[-1] != total:
@@ -187,8 +209,10 @@ def band_table(name: str, value: np.ndarray, G: int) -> np.ndarray:
     """
     if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
         raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
-    value = value.astype(np.float64)
+    value = value.astype(np.float64, copy=False)
     out = np.empty((G, 4))
+    if _FAST is not None and _FAST.band_rows(value, out):
+        return out
     out[:, :3] = value[:, :3]
     if value.shape[1] == 4:
         flags = value[:, 3]

@@ -1,0 +1,64 @@
+"""One-pass numba checks of a batch's arrays: the fast yes of `validate.py`'s validators.
+
+A numpy validator costs a few microseconds per reduction, and a call on one small group ran a
+hundred of them, more than the kernel itself. Each function here answers only "is this array
+clean?" in one pass over it; when the answer is no, the numpy validator runs and raises the error
+that names the field and index, so messages (and what counts as valid) are defined in one place.
+Loaded only by the numba backend (`validate.use_compiled_checks`): the interpreter never imports numba.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+
+@njit(cache=True, nogil=True)
+def clean_values(arr, nonneg, allow_nan, whole):
+    """Every value finite (or NaN, when `allow_nan`), >= 0 when `nonneg`, integral when `whole`."""
+    for i in range(arr.shape[0]):
+        v = arr[i]
+        if math.isnan(v):
+            if not allow_nan:
+                return False
+            continue
+        if math.isinf(v) or (nonneg and v < 0) or (whole and v != math.floor(v)):
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def clean_offsets(off, total):
+    """Start at 0, never go back, end at `total`."""
+    if off.shape[0] < 1 or off[0] != 0 or off[off.shape[0] - 1] != total:
+        return False
+    for i in range(1, off.shape[0]):
+        if off[i] < off[i - 1]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def band_rows(value, out):
+    """Fill `out` (G, 4: a, b, f, present) from a (G, 3) or (G, 4) table; False if any row is bad.
+
+    An absent row (three NaNs, or a 0 in the present column) becomes NaN, NaN, NaN, 0; a present
+    one must have finite a < b and 0 <= f <= 1."""
+    flagged = value.shape[1] == 4
+    for g in range(value.shape[0]):
+        a, b, f = value[g, 0], value[g, 1], value[g, 2]
+        if flagged:
+            flag = value[g, 3]
+            if flag != 0.0 and flag != 1.0:
+                return False
+            present = flag == 1.0
+        else:
+            present = not (math.isnan(a) and math.isnan(b) and math.isnan(f))
+        if present:
+            if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(f) and b > a and 0.0 <= f <= 1.0):
+                return False
+            out[g, 0], out[g, 1], out[g, 2], out[g, 3] = a, b, f, 1.0
+        else:
+            out[g, 0], out[g, 1], out[g, 2], out[g, 3] = math.nan, math.nan, math.nan, 0.0
+    return True
