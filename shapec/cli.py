@@ -28,14 +28,12 @@ def _spec_files(specs: list[str]) -> list[Path]:
 
 
 def cmd_check(args) -> int:
-    from .api import check_file
+    from .analysis.checking import check_files, cmd_prove
 
     files = _spec_files(args.paths)
     if args.prove:
-        from .analysis.checking import cmd_prove
-
         return cmd_prove(files, args)
-    diags = [d for f in files for d in check_file(f)]
+    diags = check_files(files)
     if args.format == "json":
         print(json.dumps([d.to_json() for d in diags], indent=2))
     else:

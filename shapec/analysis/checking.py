@@ -1,4 +1,5 @@
-"""`shapec check --prove`: every file checked, then every property of every shaper decided."""
+"""`shapec check`: every file checked and the static pass run on every declared clause; with `--prove`,
+every property of every shaper decided."""
 
 from __future__ import annotations
 
@@ -6,7 +7,32 @@ import json
 import sys
 from pathlib import Path
 
-from ..syntax.source import ShapeError
+from ..syntax.source import Diagnostic, ShapeError
+
+
+def check_files(files: list) -> list[Diagnostic]:
+    """Plain `shapec check`: each file's diagnostics, plus an E7xx for a declared clause the static pass
+    refutes. What it proves is not reported (--prove says how each clause is proved), and what it cannot
+    decide is left to --prove, so valid files stay silent and nothing heavier than the checker loads."""
+    from ..api import _Loader
+    from .clause import title
+    from .codes import REFUTED_ERROR
+    from .static import decide
+
+    diags: list[Diagnostic] = []
+    for f in files:
+        try:
+            mod = _Loader().file(Path(f))
+        except ShapeError as err:
+            diags += err.diagnostics
+            continue
+        for ir in mod.shapers.values():
+            for e in ir.ensures:
+                got = decide(ir, e)
+                if got is not None and got[0] == "refuted":
+                    diags.append(Diagnostic(REFUTED_ERROR[e.prop], f"{ir.name}: {title(e)} refuted: {got[1]}; "
+                                            "`shapec check --prove` writes a counterexample group", e.span))
+    return diags
 
 
 def cmd_prove(files: list, args) -> int:

@@ -19,6 +19,16 @@ def _const(node) -> float | None:
     return None
 
 
+def title(e: Ensure) -> str:
+    """How reports name a clause: `within [0, 1] over binary`, `shorter_not_worse(length) over real`."""
+    text = e.prop
+    if e.prop == "within":
+        text += f" [{e.lo:g}, {e.hi:g}]"
+    if e.prop == "shorter_not_worse":
+        text += f"({e.x_name})"
+    return f"{text} over {e.over}"
+
+
 def check_ensure(sc, st: A.Ensure) -> Ensure | None:
     """The IR of the clause, or None after reporting E701/E702 on the checker `sc`."""
     bad = len(sc.p.diags)

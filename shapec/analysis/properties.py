@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..compiler.ir import Ensure, ShaperIR
+from .clause import title
 
 TOL = 1e-9
 MEANING = {
@@ -33,13 +34,7 @@ class Goal:
         return self.ensure.prop
 
     def title(self) -> str:
-        e = self.ensure
-        text = e.prop
-        if e.prop == "within":
-            text += f" [{e.lo:g}, {e.hi:g}]"
-        if e.prop == "shorter_not_worse":
-            text += f"({e.x_name})"
-        return f"{text} over {e.over}"
+        return title(self.ensure)
 
 
 def goals(ir: ShaperIR) -> list[Goal]:

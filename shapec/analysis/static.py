@@ -292,9 +292,15 @@ class Bounds:
             return 0.0, 0.0
         with self.assuming(found):
             lo, hi = self.of(st.expr, inner, depth + 1)
-        if st.on is None and st.when is None and self.never_missing(st.expr):
+        if self.always(st, inner, depth):
             return lo, hi
         return min(lo, 0.0), max(hi, 0.0)
+
+    def always(self, st, inner: bool = False, depth: int = 0) -> bool:
+        """The statement applies to every rollout: its guards hold and nothing it reads is missing."""
+        guards = [g for g in (st.on, st.when) if g is not None]
+        return self.never_missing(st.expr) and all(
+            g.ty.kind != "index" and self.of(g, inner, depth) == (1.0, 1.0) and self.never_missing(g) for g in guards)
 
     def never_missing(self, n: Node, depth: int = 0) -> bool:
         if n.ty.maybe_missing or depth > MAX_DEPTH:
@@ -330,8 +336,7 @@ class Bounds:
             with self.assuming(found):
                 vlo, vhi = self.of(st.expr)
             if st.kind == "clamp":
-                full = st.on is None and st.when is None and self.never_missing(st.expr)
-                lo, hi = (max(lo, vlo) if full else lo), max(hi, vhi)
+                lo, hi = (max(lo, vlo) if self.always(st) else lo), max(hi, vhi)
             elif vlo < 0 or vhi > 1:
                 return FULL
             else:
