@@ -147,7 +147,7 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     firsts = order[offsets[:-1]]
     metadata = {name: [columns[name][i] for i in firsts] for name in spec_metas(shaper) if name in columns}
     result = shaper(rewards[order], offsets=offsets, channels={k: v[order] for k, v in channels.items()},
-                    metadata=metadata, params=params)
+                    metadata=metadata, params=params, breakdown=False)  # trainers read rewards and metrics
     out = np.empty(n, dtype=np.float64)
     out[order] = result.rewards
     return Shaped(out, result, order, offsets)

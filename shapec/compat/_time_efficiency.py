@@ -145,6 +145,7 @@ def apply_time_efficiency_reward(
             "floor": None if config.floor is None or math.isnan(config.floor) or config.floor == -math.inf
             else config.floor,
         },
+        breakdown=False,
     )
     # the rows the shaper's `charged` gate selects: only these are rewritten
     charged = ~masked & ((config.apply_to == "all") | (resolved & (rewards != 0)))

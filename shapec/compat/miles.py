@@ -153,7 +153,7 @@ def group_advantages(
     """
     out = stdlib_shaper("miles", "grpo_advantage")(
         rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards,
-        params={"normalize_std": bool(normalize_std)},
+        params={"normalize_std": bool(normalize_std)}, breakdown=False,
     )
     return out.rewards
 
@@ -172,7 +172,7 @@ def keep_groups(
     groups have no std and are dropped).
     """
     shaper = stdlib_shaper("miles", "grpo_advantage")
-    out = shaper(rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards)
+    out = shaper(rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards, breakdown=False)
     rules = next(step.rules for step in shaper.ir.steps if step.name == "keep")
     keeping = {reason for verdict, reason, _ in rules if verdict == "open"}
     return np.array([reason in keeping for reason in out.gates["keep"]], dtype=bool)

@@ -287,6 +287,7 @@ def apply_group_length_penalties(
         rewards, group_size=group_size, allow_short_last_group=True,  # NeMo-RL's slicing: the last may be short
         channels={"reasoning": reasoning, "answer": answer, "low_effort": low_effort},
         metadata=metadata, params=_param_columns(per_group, bands), reward_components=components,
+        breakdown=cfg.verbose,  # only the verbose log reads the per-term values
     )
     # like NeMo-RL, every row of a group that passed the binary check gets its (float) reward back
     final = out.rewards.tolist()

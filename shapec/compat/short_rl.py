@@ -59,7 +59,7 @@ class ShortRL:
         """Shaped rewards for one training step; `lengths` are response tokens, groups are prompts."""
         out = self._shaper(
             rewards, group_size=group_size, offsets=offsets,
-            channels={"correct": correct, "length": lengths}, params=self._params,
+            channels={"correct": correct, "length": lengths}, params=self._params, breakdown=False,
         )
         self._switch_on = "open" in out.gates["stable_switch"]
         self._metrics = {k: float(v) for k, v in out.metrics.items()}
