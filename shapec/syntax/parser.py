@@ -6,12 +6,13 @@ import dataclasses
 import functools
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedInput
 
 from . import ast as A
-from . import literals
+from . import grammar_cache, literals
 from .depth import MAX_EXPR_DEPTH, too_deep
 from .source import Diagnostic, ShapeError, Source, Span
 from .syntax_errors import GluedKeyword, KeywordGuard, glued_error, syntax_error
@@ -30,15 +31,11 @@ def _collect_comment(token: Token) -> Token:
 
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    return Lark.open(
-        "../grammar/shape.lark",
-        rel_to=__file__,
-        parser="lalr",
-        propagate_positions=True,
-        maybe_placeholders=True,
-        cache=True,  # the LALR tables are rebuilt only when the grammar changes
-        lexer_callbacks={"COMMENT": _collect_comment},
-        postlex=_keyword_guard,
+    """The LALR parser; its tables are rebuilt only when the grammar or lark changes (grammar_cache.py)."""
+    return grammar_cache.load(
+        Path(__file__).parent.parent / "grammar" / "shape.lark",
+        {"parser": "lalr", "maybe_placeholders": True},
+        {"propagate_positions": True, "lexer_callbacks": {"COMMENT": _collect_comment}, "postlex": _keyword_guard},
     )
 
 
