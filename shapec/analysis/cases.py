@@ -125,10 +125,24 @@ def random_meta(spec, k: int, rng: random.Random) -> Any:
     return {name: [random_value(typ, rng) for _ in range(n)] for name, typ in spec.fields}
 
 
+def near_params(ir: ShaperIR, typ: str, params: dict[str, Any]) -> list[float]:
+    """Values of an input around the params of its unit (a limit, the limit +- 1, twice and half it),
+    so a threshold far beyond the round values is still crossed."""
+    out = []
+    for spec in ir.params:
+        v = params.get(spec.name, spec.default)
+        if spec.unit == typ and isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out += [c for c in (v, v - 1, v + 1, 2 * v, round(v / 2)) if c >= 0]
+    return [float(c) for c in out]
+
+
 def random_case(ir: ShaperIR, k: int, domain: str, rng: random.Random, params: dict[str, Any]) -> Case:
     rewards = [float(rng.choice(REWARDS[domain])) if domain == "binary" or rng.random() < 0.8 else
                _random_reward(domain, rng) for _ in range(k)]
-    inputs = {name: [random_value(typ, rng) for _ in range(k)] for name, typ in ir.inputs}
+    inputs = {}
+    for name, typ in ir.inputs:
+        near = near_params(ir, typ, params)
+        inputs[name] = [rng.choice(near) if near and rng.random() < 0.3 else random_value(typ, rng) for _ in range(k)]
     metas = {m.name: random_meta(m, k, rng) for m in ir.metas}
     return Case(rewards, inputs, metas, dict(params))
 

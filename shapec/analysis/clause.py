@@ -37,9 +37,9 @@ def check_ensure(sc, st: A.Ensure) -> Ensure | None:
         hint = f"; did you mean {close[0]!r}?" if close else f"; expected one of {', '.join(PROPERTIES)}"
         sc.error("E701", f"unknown property {st.prop!r}{hint}", st.span)
         return None
-    shapes = {"within": "within [lo, hi]", "shorter_not_worse": "shorter_not_worse(x) on MASK"}
+    shapes = {"within": "within [lo, hi]", "shorter_not_worse": "shorter_not_worse(x) [on MASK]"}
     wants_range, wants_x = st.prop == "within", st.prop == "shorter_not_worse"
-    if wants_range != (st.lo is not None) or wants_x != (st.x is not None) or wants_x != (st.on is not None):
+    if wants_range != (st.lo is not None) or wants_x != (st.x is not None) or (st.on is not None and not wants_x):
         form = shapes.get(st.prop, st.prop)
         sc.error("E702", f"write this clause as `ensure {form}`", st.span)
         return None
@@ -61,8 +61,8 @@ def check_ensure(sc, st: A.Ensure) -> Ensure | None:
         x = sc.name(st.x, st.span)
         if x is not POISON and not (x.op == "ref" and x.attr[0] == "input" and x.ty.kind == "num"):
             sc.error("E702", f"shorter_not_worse compares rollouts by a numeric input; {st.x!r} is not one", st.span)
-        on = sc.expr(st.on)
-        if on.ty is not POISON and (on.ty.kind != "bool" or on.ty.items):
+        on = sc.expr(st.on) if st.on is not None else None  # None: every rollout of the group
+        if on is not None and on.ty is not POISON and (on.ty.kind != "bool" or on.ty.items):
             sc.error("E702", "the `on` mask of shorter_not_worse must be a rollout-level boolean", st.on.span)
     when = None
     if st.when is not None:

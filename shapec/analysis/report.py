@@ -84,14 +84,17 @@ def breaks_text(v: Verdict) -> str:
     out = []
     for name, (bad, good) in v.breaks.items():
         nums = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in bad + good)
-        if nums and good and bad and max(good) < min(bad):
+        if not good:
+            tried = ", ".join(_yaml(x) for x in bad) if len(bad) <= 4 else f"{len(bad)} values"
+            out.append(f"breaks for every {name} tried ({tried})")
+        elif nums and good and bad and max(good) < min(bad):
             out.append(f"holds for {name} <= {_num(max(good))} in the search")
         elif nums and good and bad and min(good) > max(bad):
             out.append(f"holds for {name} >= {_num(min(good))} in the search")
         else:
             out.append(f"holds for {name} = {', '.join(_yaml(x) for x in good)}; "
                        f"breaks for {', '.join(_yaml(x) for x in bad)}")
-    return "; ".join(out)
+    return "with the other params as in the counterexample: " + "; ".join(out)
 
 
 def _span_of(v: Verdict) -> Span:
@@ -138,7 +141,8 @@ def text(verdicts: list[Verdict]) -> str:
         cond = " (under its `when` condition)" if v.goal.ensure.when is not None else ""
         head = f"{v.shaper.name}: {v.goal.title()} [{kind}{cond}]: {v.status}"
         if v.status == "proved":
-            lines.append(f"{head} ({v.how})")
+            every = " for every param value in range" if v.shaper.params and v.goal.ensure.when is None else ""
+            lines.append(f"{head}{every} ({v.how})")
         elif v.status == "refuted":
             lines.append(f"{head}: {describe(v)}")
             if v.breaks:

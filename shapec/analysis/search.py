@@ -52,7 +52,8 @@ def evaluate(ir: ShaperIR, ensure: Ensure, case: Case) -> Found | None | bool:
     x = mask = same = None
     if ensure.prop == "shorter_not_worse":
         x = batch.inputs[ensure.x_name]
-        mask = np.broadcast_to(it.at(ensure.on, Type("num", ROLLOUT)), (case.size,))
+        mask = (np.ones(case.size) if ensure.on is None else
+                np.broadcast_to(it.at(ensure.on, Type("num", ROLLOUT)), (case.size,)))
         others = [np.array(v) for k, v in batch.inputs.items() if k != ensure.x_name]
         r = batch.rewards
         same = [[r[i] == r[j] and all(o[i] == o[j] for o in others) for j in range(case.size)]
@@ -144,7 +145,8 @@ def minimise(ir: ShaperIR, ensure: Ensure, found: Found) -> Found:
 
 # ------------------------------------------------------------------------- which params break it
 def breaking_values(ir: ShaperIR, ensure: Ensure, found: Found, trials: int = 60) -> dict[str, tuple[list, list]]:
-    """Per param worth reporting: (values that break the property, values that kept it in the search)."""
+    """Per param worth reporting: (values that break the property, values that kept it in the search);
+    the second list is empty when every value tried breaks it."""
     out = {}
     for spec in ir.params:
         if spec.kind not in ("enum", "bool") and not spec.optional and spec.name not in found.case.params:
@@ -155,6 +157,6 @@ def breaking_values(ir: ShaperIR, ensure: Ensure, found: Found, trials: int = 60
             direct = evaluate(ir, ensure, replace(found.case, params=params))
             broke = isinstance(direct, Found) or search(ir, ensure, trials, seed=1, fixed=params)[0] is not None
             (bad if broke else good).append(v)
-        if bad and good:
+        if bad:
             out[spec.name] = (bad, good)
     return out

@@ -11,12 +11,16 @@ operation the encoding does not model is a free value bounded by interval reason
 
 from __future__ import annotations
 
+import math
+
 import z3
 
 from ..compiler.ir import ROLLOUT, Ensure, Node, ShaperIR, Type
 from .static import Bounds
 
 TIMEOUT_MS = 8000
+# fn: (+1 rising or -1 falling, over [lo, hi]); math.pi is below pi, so cos falls on all of [0, math.pi]
+MONOTONE = {"exp": (1, None, None), "sigmoid": (1, None, None), "sqrt": (1, 0.0, None), "cos": (-1, 0.0, math.pi)}
 
 
 class Encoder:
@@ -26,6 +30,7 @@ class Encoder:
         self.s.set("timeout", TIMEOUT_MS)
         self.cache: dict = {}
         self.n = 0
+        self.seen: dict = {}  # fn -> (argument, value) of every monotone call encoded
         self.defs = {name: node for name, node in ir.channels}
         self.defs.update({st.name: st for st in (*ir.batch_steps, *ir.steps)})
         self.zero_rewards = ensure.prop == "all_wrong_unchanged"
@@ -182,10 +187,24 @@ class Encoder:
             return z3.If(args[0][0] < 0, -args[0][0], args[0][0]), miss
         if fn == "float":
             return args[0]
+        if fn in MONOTONE:
+            return self.monotone(node, fn, args[0][0], miss)
         if fn in ("missing", "present"):
             m0 = args[0][1]
             return z3.If(m0 if fn == "missing" else z3.Not(m0), z3.RealVal(1), z3.RealVal(0)), z3.BoolVal(False)
         return self.fresh(node, miss)
+
+    def monotone(self, node: Node, fn: str, x, miss):
+        """A free value (bounded by intervals) that moves with its argument wherever fn is monotone, so
+        comparing two rollouts' exp(...) or cos(...) follows their arguments."""
+        v, _ = self.fresh(node)
+        sign, lo, hi = MONOTONE[fn]
+        for y, w in self.seen.setdefault(fn, []):
+            for (a, fa), (b, fb) in (((x, v), (y, w)), ((y, w), (x, v))):
+                inside = [a <= b] + ([a >= lo] if lo is not None else []) + ([b <= hi] if hi is not None else [])
+                self.s.add(z3.Implies(z3.And(*inside), fa <= fb if sign > 0 else fa >= fb))
+        self.seen[fn].append((x, v))
+        return v, miss
 
     def reduce(self, node: Node, i: int):
         """A group- or batch-level value: free, constrained by what the rollouts encoded here imply (a
@@ -340,8 +359,9 @@ def prove(ir: ShaperIR, ensure: Ensure) -> str:
             for name, _ in ir.inputs:
                 a, b = (enc.ev(Node("ref", (), Type("num", ROLLOUT), ("input", name)), i)[0] for i in range(2))
                 enc.s.add(a < b if name == ensure.x_name else a == b)
-            enc.s.add(rs[0] == rs[1], enc.true(enc.ev(ensure.on, 0)), enc.true(enc.ev(ensure.on, 1)),
-                      outs[0] < outs[1])
+            enc.s.add(rs[0] == rs[1], outs[0] < outs[1])
+            if ensure.on is not None:
+                enc.s.add(enc.true(enc.ev(ensure.on, 0)), enc.true(enc.ev(ensure.on, 1)))
     except (z3.Z3Exception, RecursionError):
         return "unknown"
     got = enc.s.check()
