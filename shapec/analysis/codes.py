@@ -21,7 +21,10 @@ def errors_md_section() -> str:
     """The docs/errors.md section for these codes (appended by tools/docgen.py)."""
     lines = ["\n## E7xx and W7xx: Properties (`ensure`, `shapec check --prove`)\n",
              "Errors fail `shapec check`; warnings (`warning[W7xx]`, `\"severity\": \"warning\"` in JSON) are "
-             "printed and leave the exit status 0. See [What shapec proves about your shaper](proofs.md).\n",
+             "printed and leave the exit status 0. `E701` and `E702` come from every check; `E703`-`E705` from "
+             "plain `shapec check` too when its static pass finds that no shaped reward can keep the clause, and "
+             "otherwise, like `E706` and the warnings, from `shapec check --prove` with a counterexample group. "
+             "See [What shapec proves about your shaper](proofs.md).\n",
              "| code | meaning |\n|---|---|"]
     lines += [f"| `{code}` | {text} |" for code, text in PROPERTY_CODES.items()]
     return "\n".join(lines) + "\n"
