@@ -131,13 +131,65 @@ def test_prove_without_z3_names_the_extra(tmp_path, capsys, monkeypatch):
     assert "pip install 'shapec[prove]'" in capsys.readouterr().err
 
 
-def test_plain_check_ignores_properties_and_never_imports_z3(tmp_path):
+def test_plain_check_leaves_undecided_clauses_to_prove_and_never_imports_z3(tmp_path):
     import subprocess
     import sys
 
     path = tmp_path / "s.shape"
-    path.write_text(spec("ensure order_kept", PENALTY))
+    path.write_text(spec("ensure order_kept", PENALTY))  # refuted by --prove, undecided by intervals
     code = (f"import sys, shapec.cli as c; rc = c.main(['check', '-q', {str(path)!r}]); "
             "assert 'z3' not in sys.modules; sys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+
+
+def plain_check(tmp_path, source: str) -> tuple[int, list[dict]]:
+    import contextlib
+    import io
+
+    path = tmp_path / "s.shape"
+    path.write_text(source)
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli.main(["check", "--format", "json", str(path)])
+    return rc, json.loads(buf.getvalue())
+
+
+# (code, bad source, snippet under the caret, words of the message, corrected source)
+STATIC_CASES = [
+    ("E703", spec("ensure order_kept", "term pen = -2 on reward > 0"), "ensure order_kept",
+     "a wrong rollout ends in [0, 0] and a correct one in [-1, -1]",
+     spec("ensure order_kept", "term pen = -2 on reward > 0", "clamp >= 0")),
+    ("E704", spec("ensure all_wrong_unchanged", "term bonus = 0.5"), "ensure all_wrong_unchanged",
+     "an all-zero group ends in [0.5, 0.5]", spec("ensure all_wrong_unchanged", "term bonus = 0.5 on reward > 0")),
+    ("E705", spec("ensure within [0, 1]", "term bonus = 2"), "ensure within",
+     "every shaped reward lies in [2, 3], outside [0, 1]", spec("ensure within [0, 3]", "term bonus = 2")),
+]
+
+
+@pytest.mark.parametrize("code, bad, snippet, words, good", STATIC_CASES, ids=[c[0] for c in STATIC_CASES])
+def test_plain_check_reports_what_the_static_pass_refutes(tmp_path, code, bad, snippet, words, good):
+    rc, diags = plain_check(tmp_path, bad)
+    assert rc == 1 and [d["code"] for d in diags] == [code]
+    assert (diags[0]["line"], diags[0]["column"]) == position(bad, snippet)
+    assert words in diags[0]["message"] and "--prove" in diags[0]["message"]
+    assert plain_check(tmp_path, good) == (0, [])
+
+
+def test_static_pass_proves_under_a_when_but_never_refutes_one(tmp_path):
+    from shapec import compile_str
+    from shapec.analysis.static import decide
+
+    head = "shaper s(w: float = 1) requires binary produces real {\n  input t: tokens\n"
+    ir = compile_str(spec("ensure order_kept when w >= -1", "term pen = w on reward > 0", head=head),
+                     backend="interpreter").ir("s")
+    assert decide(ir, ir.ensures[0]) == ("proved", "static, every group size: a wrong rollout ends in [0, 0] "
+                                         "and a correct one in [0, inf]")
+    # every correct rollout ends below 0 when w < -1, but a `when` might hold for no param value at all,
+    # so the clause is left to --prove rather than refuted
+    assert plain_check(tmp_path, spec("ensure order_kept when w < -1", "term pen = w on reward > 0"))[0] == 0
+
+
+def test_shorter_not_worse_mask_is_optional_and_only_for_it():
+    assert_ok(spec("ensure shorter_not_worse(t)", "term pen = -float(t) / 1000"))
+    assert_error(spec("ensure order_kept on reward > 0"), "E702", "ensure", message="`ensure order_kept`")

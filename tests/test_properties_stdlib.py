@@ -11,6 +11,7 @@ import shapec
 from shapec.analysis.prove import analyse, decide
 from shapec.analysis.properties import Goal
 from shapec.analysis.report import set_args, write_counterexample
+from shapec.analysis.search import search
 from shapec.compiler.ir import Ensure
 
 STDLIB = Path(shapec.__file__).parent / "stdlib"
@@ -76,7 +77,8 @@ def test_miles_invariants_proved():
 
 def _refuted():
     out = []
-    for module, name in (("time_efficiency", "time_efficiency"), ("short_rl", "short_rl")):
+    for module, name in (("time_efficiency", "time_efficiency"), ("short_rl", "short_rl"), ("kimi", "kimi_length"),
+                         ("l1", "l1_exact"), ("dapo", "overlong")):
         for v in analyse(ir_of(module, name), trials=300):
             if v.status == "refuted":
                 out.append(pytest.param(module, v, id=f"{name}-{v.goal.title()}-{v.goal.outside}"))
@@ -100,3 +102,83 @@ def test_counterexample_replays_through_the_cli(tmp_path, module, verdict, backe
                              capture_output=True, text=True)
     assert explain.returncode == 0, explain.stderr
     assert "counterexample" in explain.stdout
+
+
+# (module, shaper, the param the clause's `when` bounds, a value that keeps it, one that breaks it)
+PUBLISHED = [
+    ("kimi", "kimi_length", "weight", 2, 10),
+    ("cosine", "cosine_length", "exceed", None, -10),
+    ("dapo", "overlong", "penalty_factor", 1, 10),
+    ("grpo_lead", "lead_reward", "wrong", -1, 2),
+    ("grpo_lead", "lead_advantage", "low", 0, -10),
+    ("prime_rl", "linear_length", "input_weight", 0.1, 10),
+]
+
+
+@pytest.mark.parametrize("module, name, param, keeps, breaks", PUBLISHED, ids=[f"{m}.{n}" for m, n, *_ in PUBLISHED])
+def test_published_shapers_prove_what_they_declare_and_name_the_params_that_break_it(module, name, param, keeps, breaks):
+    got = verdicts(module, name)
+    declared = {k: v.status for k, v in got.items() if not k.startswith(("general", "outside"))}
+    assert declared and set(declared.values()) == {"proved"}, declared
+    outside = [v for k, v in got.items() if k.startswith("outside order_kept")]
+    assert [v.status for v in outside] == ["refuted"]
+    bad, good = outside[0].breaks[param]
+    assert keeps in good and breaks in bad, outside[0].breaks
+
+
+def test_l1_exact_keeps_neither_invariant_at_its_default_alpha():
+    got = verdicts("l1", "l1_exact")
+    order, wrong = got["general order_kept over binary"], got["general all_wrong_unchanged over binary"]
+    assert order.status == wrong.status == "refuted"
+    (hi, lo), case = order.found.rollouts, order.found.case
+    assert case.rewards[hi] == 1 > case.rewards[lo] == 0 and order.found.shaped[hi] < order.found.shaped[lo]
+    assert wrong.found.shaped[0] < 0 and wrong.found.case.metas["target"] is not None
+
+
+NEMO_PENALTIES = ["profiled_length_penalty", "longest_total_penalty", "reasoning_zmad_penalty",
+                  "pass_rate_length_penalty_weight", "group_total_length_penalty_coeff", "total_bonus"]
+
+
+@pytest.mark.parametrize("param", NEMO_PENALTIES)
+def test_nemo_rl_negative_coefficients_break_nothing(param):
+    """NeMo-RL guards each algorithm by its coefficient (`profiled_length_penalty > 0` for the one term
+    that reaches wrong rollouts), so a negative value turns it off rather than paying wrong rollouts."""
+    ir = ir_of("nemo_rl", "length_penalty")
+    fixed = {param: -1.0, "profiled_length_min_samples": 1, "reasoning_zmad_threshold": 0.5,
+             "group_length_penalty_profile_gate": False}
+    for prop in ("order_kept", "all_wrong_unchanged"):
+        found, stats = search(ir, Ensure(prop, "binary"), 300, seed=7, fixed=fixed)
+        assert found is None and stats.trials == 300
+
+
+def test_nemo_rl_report_says_no_param_breaks_its_clauses():
+    from shapec.analysis.report import text
+
+    report = text(analyse(ir_of("nemo_rl", "length_penalty"), trials=100))
+    assert "refuted" not in report
+    for prop in ("order_kept", "all_wrong_unchanged"):
+        assert f"{prop} over binary [declared]: proved for every param value in range (static" in report
+
+
+def test_report_names_params_every_value_of_which_breaks_it():
+    from shapec.analysis.report import breaks_text
+
+    outside = verdicts("kimi", "kimi_length")["outside order_kept over binary"]
+    assert breaks_text(outside) == ("with the other params as in the counterexample: holds for weight <= 2 in the "
+                                    "search; breaks for every scope tried (group, batch)")
+
+
+def test_static_pass_decides_the_stdlib_clauses_it_can():
+    from shapec.analysis.static import decide
+
+    proved = {(m, n, e.prop) for m in ("nemo_rl", "miles", "efficient", "l1", "thinkprune", "grpo_lead", "prime_rl",
+                                       "kimi", "cosine", "dapo", "short_rl", "time_efficiency")
+              for n, ir in ((n, ir_of(m, n)) for n in shapec.load(m, backend="interpreter").shapers)
+              for e in ir.ensures if (decide(ir, e) or ("",))[0] == "proved"}
+    both = {"order_kept", "all_wrong_unchanged"}
+    assert proved == ({("nemo_rl", "length_penalty", p) for p in both}
+                      | {(m, n, p) for m, n in (("miles", "length_penalty"), ("efficient", "efficient_reasoning"),
+                                                ("l1", "l1_max"), ("thinkprune", "truncate"))
+                         for p in (*both, "within")}
+                      | {("grpo_lead", "lead_reward", "order_kept"), ("grpo_lead", "lead_advantage", "all_wrong_unchanged"),
+                         ("prime_rl", "linear_length", "all_wrong_unchanged")})

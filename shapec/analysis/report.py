@@ -20,7 +20,12 @@ def _num(v) -> str:
     return f"{v:.6g}" if isinstance(v, float) else str(v)
 
 
-def _yaml(v) -> str:
+def _yaml(v, exact: bool = False) -> str:
+    """A param value as YAML: 6 significant digits to read, or every digit to replay (`exact`)."""
+    if exact and isinstance(v, float):
+        text = repr(v)
+        mantissa, e, power = text.partition("e")
+        return f"{mantissa}.0e{power}" if e and "." not in mantissa else text  # YAML reads 1e-05 as a string
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -31,7 +36,7 @@ def _yaml(v) -> str:
 
 
 def set_args(v: Verdict) -> list[str]:
-    return [f"{k}={_yaml(p)}" for k, p in v.found.case.params.items()]
+    return [f"{k}={_yaml(p, exact=True)}" for k, p in v.found.case.params.items()]
 
 
 def rows(v: Verdict) -> list[dict]:
@@ -74,7 +79,7 @@ def describe(v: Verdict) -> str:
     parts = [f"reward {seq(case.rewards)}"]
     parts += [f"{k} {seq(vals)}" for k, vals in case.inputs.items()]
     parts += [f"{k} {json.dumps(m)}" for k, m in case.metas.items() if m is not None]
-    params = ", ".join(set_args(v)) or "defaults"
+    params = ", ".join(f"{k}={_yaml(p)}" for k, p in case.params.items()) or "defaults"
     shaped = seq(v.found.shaped)
     who = " and ".join(f"rollout {i}" for i in v.found.rollouts)
     return f"group of {case.size}: {'; '.join(parts)}; params {params} -> shaped {shaped} ({who})"

@@ -13,7 +13,7 @@ from ..compiler.ir import ROLLOUT, Ensure, ShaperIR, Type
 from ..runtime.batch import BatchError, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import ParamError, param_arrays
-from .cases import REWARDS, ROUND, Case, param_values, random_case, random_param
+from .cases import REWARDS, ROUND, Case, in_range, param_values, random_case, random_param
 from .properties import violation
 
 SIZES = (2, 2, 3, 3, 4, 5, 6, 8, 1, 12)
@@ -103,6 +103,18 @@ def _rounder(v: float, typ: str) -> list[float]:
     return [c for c in dict.fromkeys(out) if abs(c) <= abs(v) and c != v]
 
 
+def _rounder_param(spec, v) -> list:
+    """Rounder values of a numeric param inside its range; each strictly rounder than v (smaller in
+    magnitude, or its positive twin), so minimising cannot go round in circles."""
+    if spec.kind not in ("int", "float") or not isinstance(v, (int, float)) or isinstance(v, bool):
+        return []
+    out = []
+    for c in _rounder(float(v), "float"):
+        if (abs(c) < abs(v) or c > v) and in_range(spec, c) and (spec.kind == "float" or float(c).is_integer()):
+            out.append(int(c) if spec.kind == "int" else c)
+    return out
+
+
 def minimise(ir: ShaperIR, ensure: Ensure, found: Found) -> Found:
     """The smallest group, default params where they do not matter, then round values."""
     def still(case: Case) -> Found | None:
@@ -110,6 +122,7 @@ def minimise(ir: ShaperIR, ensure: Ensure, found: Found) -> Found:
         return got if isinstance(got, Found) else None
 
     best = found
+    specs = {p.name: p for p in ir.params}
     changed = True
     while changed:
         changed = False
@@ -120,6 +133,12 @@ def minimise(ir: ShaperIR, ensure: Ensure, found: Found) -> Found:
             trial = replace(best.case, params={k: v for k, v in best.case.params.items() if k != name})
             if got := still(trial):
                 best, changed = got, True
+        for name, value in list(best.case.params.items()):
+            for c in _rounder_param(specs[name], value):
+                trial = replace(best.case, params={**best.case.params, name: c})
+                if got := still(trial):
+                    best, changed = got, True
+                    break
         types = dict(ir.inputs)
         for name, values in best.case.inputs.items():
             for i, v in enumerate(values):
