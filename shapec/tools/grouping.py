@@ -35,6 +35,43 @@ def same_key(a: Any, b: Any) -> bool:
         return False
 
 
+def _python_runs(keys: list) -> tuple[np.ndarray, np.ndarray]:
+    idx = [i for i, k in enumerate(keys) if valid_key(k)]
+    change = [not same_key(keys[b], keys[a]) for a, b in zip(idx, idx[1:])]
+    return np.asarray(idx, dtype=np.int64), np.asarray(change, dtype=bool)
+
+
+def _comparable(t) -> bool:
+    """Arrow types whose equality is Python's on the values to_pylist gives (NaN aside)."""
+    import pyarrow as pa
+
+    return (pa.types.is_integer(t) or t in (pa.float32(), pa.float64()) or pa.types.is_boolean(t)
+            or pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)
+            or pa.types.is_large_binary(t))
+
+
+def key_runs(block, path: str) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows with a usable key, in order; per row after the first of them, whether its key
+    differs from the previous usable one). Whole-column Arrow compute for a Parquet chunk."""
+    if not isinstance(block, ArrowBlock) or not block.has_field(path):
+        return _python_runs(block.keys(path))
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = block.array(path)
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if not _comparable(arr.type):
+        return _python_runs(block.keys(path))
+    usable = arr.is_valid()
+    if pa.types.is_floating(arr.type):
+        usable = pc.and_(usable, pc.invert(pc.is_nan(arr)))
+    idx = np.flatnonzero(usable.to_numpy(zero_copy_only=False))
+    keys = arr.take(pa.array(idx, pa.int64()))
+    change = pc.not_equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
+    return idx.astype(np.int64), change.astype(bool)
+
+
 @dataclass
 class Grouping:
     """How rows form groups. `source` names where the grouping came from, for messages."""
@@ -53,17 +90,10 @@ class Grouping:
             first = (-base) % self.size
             starts = np.unique(np.concatenate([[0], np.arange(first, n, self.size)])).astype(np.int64)
             return starts, np.zeros(n, dtype=bool)
-        starts = [0]
-        unknown = np.zeros(n, dtype=bool)
-        prev = MISSING
-        for i, k in enumerate(block.keys(self.key)):
-            if not valid_key(k):
-                unknown[i] = True  # stays in the run it is in; shaping rejects its neighbours too
-                continue
-            if i > 0 and prev is not MISSING and not same_key(k, prev):
-                starts.append(i)
-            prev = k
-        return np.asarray(starts, dtype=np.int64), unknown
+        idx, change = key_runs(block, self.key)
+        unknown = np.ones(n, dtype=bool)  # such a row stays in the run it is in; shaping rejects its neighbours too
+        unknown[idx] = False
+        return np.concatenate([[0], idx[1:][change]]).astype(np.int64), unknown
 
 
 @dataclass
@@ -87,17 +117,16 @@ def _key_errors(block, grouping: Grouping, unknown: np.ndarray, base: int) -> di
     """A readable row without a usable group key is a bad row (a bad line has its own error)."""
     out = {}
     rows = block.rows if isinstance(block, RowsBlock) else None
-    keys = block.keys(grouping.key)
-    for i in np.flatnonzero(unknown):
-        i = int(i)
+    where = np.flatnonzero(unknown)
+    for i, key in zip(where.tolist(), block.keys_at(grouping.key, where)):
         if rows is None or isinstance(rows[i], dict):
-            out[i] = RowError(base + i + 1, grouping.key, f"expected the group key, got {got(keys[i])}")
+            out[i] = RowError(base + i + 1, grouping.key, f"expected the group key, got {got(key)}")
     return out
 
 
 def _check_key_present(block, grouping: Grouping) -> None:
     """`--group-by` naming a field no row of the first block has is a typo, not one big group."""
-    if grouping.key is None or not len(block) or any(k is not MISSING for k in block.keys(grouping.key)):
+    if grouping.key is None or not len(block) or block.has_field(grouping.key):
         return
     names = block.field_names()
     close = difflib.get_close_matches(grouping.key, names, n=1, cutoff=0.5)
@@ -107,7 +136,9 @@ def _check_key_present(block, grouping: Grouping) -> None:
 
 
 def _too_long(grouping: Grouping, block, base: int, start: int, chunk_rows: int) -> ToolError:
-    what = f"the group of {grouping.key} {got(block.keys(grouping.key)[start])}" if grouping.key else "the group"
+    what = "the group"
+    if grouping.key:
+        what = f"the group of {grouping.key} {got(block.keys_at(grouping.key, [start])[0])}"
     return ToolError(f"row {base + start + 1}: {what} starting here has more than {chunk_rows} "
                      f"row{'s' if chunk_rows != 1 else ''} (--chunk-rows); a group must fit in one chunk: "
                      f"raise --chunk-rows, or check {grouping.source}")
@@ -122,25 +153,35 @@ class _SizeCheck:
 
     def check(self, chunk: Chunk) -> None:
         g = self.grouping
-        keys = chunk.block.keys(g.check_key)
-        if all(k is MISSING for k in keys):
+        idx, change = key_runs(chunk.block, g.check_key)
+        if not len(idx):
             return
-        where = f"the group size {g.size} ({g.source})"
-        for a, b in zip(chunk.offsets[:-1], chunk.offsets[1:]):
-            keyed = [(chunk.base + i + 1, keys[i]) for i in range(a, b) if valid_key(keys[i])]
-            if not keyed:
-                continue
-            for row, k in keyed[1:]:
-                if not same_key(k, keyed[0][1]):
-                    raise ToolError(f"rows {keyed[0][0]} and {row}: {g.check_key} {got(keyed[0][1])} and "
-                                    f"{got(k)} fall in one group of {where}; the rows' {g.check_key} "
-                                    f"contradicts the group size (group with --group-by {g.check_key}, or fix "
-                                    "the group size)")
-            if self.last is not None and same_key(self.last[1], keyed[0][1]):
-                raise ToolError(f"rows {self.last[0]} and {keyed[0][0]}: {g.check_key} {got(keyed[0][1])} spans "
-                                f"two groups of {where}; the rows' {g.check_key} contradicts the group size "
-                                f"(group with --group-by {g.check_key}, or fix the group size)")
-            self.last = keyed[-1]
+        group = np.searchsorted(chunk.offsets, idx, side="right") - 1
+        same = group[1:] == group[:-1]
+        # (group, 0 = two ids inside it, 1 = its first id is the previous group's last, pair) of the
+        # first contradiction; a group's own ids are checked before its first against the last group's
+        found = [(int(group[j + 1]), 0, int(j)) for j in np.flatnonzero(same & change)[:1]]
+        found += [(int(group[j + 1]), 1, int(j)) for j in np.flatnonzero(~same & ~change)[:1]]
+        first_key = chunk.block.keys_at(g.check_key, idx[:1])[0]
+        if self.last is not None and same_key(self.last[1], first_key):
+            found.append((int(group[0]), 1, -1))
+        if found:
+            raise self._contradiction(chunk, idx, group, *min(found))
+        self.last = (chunk.base + int(idx[-1]) + 1, chunk.block.keys_at(g.check_key, idx[-1:])[0])
+
+    def _contradiction(self, chunk: Chunk, idx: np.ndarray, group: np.ndarray, g: int, kind: int, j: int):
+        key, where = self.grouping.check_key, f"the group size {self.grouping.size} ({self.grouping.source})"
+        fix = (f"; the rows' {key} contradicts the group size (group with --group-by {key}, or fix the "
+               "group size)")
+        if kind == 0:  # the first of group g's ids and the first one that differs from it
+            a, b = int(idx[np.searchsorted(group, g)]), int(idx[j + 1])
+            ka, kb = chunk.block.keys_at(key, [a, b])
+            return ToolError(f"rows {chunk.base + a + 1} and {chunk.base + b + 1}: {key} {got(ka)} and {got(kb)} "
+                             f"fall in one group of {where}{fix}")
+        b = int(idx[j + 1])
+        last = self.last[0] if j < 0 else chunk.base + int(idx[j]) + 1
+        return ToolError(f"rows {last} and {chunk.base + b + 1}: {key} {got(chunk.block.keys_at(key, [b])[0])} "
+                         f"spans two groups of {where}{fix}")
 
 
 def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterator[Chunk]:
@@ -172,13 +213,14 @@ def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterat
             if lengths.max() > chunk_rows:
                 g = int(np.argmax(lengths > chunk_rows))
                 raise _too_long(grouping, pending, base, int(starts[g]), chunk_rows)
-            later = [int(s) for s in starts if s >= chunk_rows and not unknown[s - 1]]
-            if not later and len(pending) > 2 * chunk_rows:
+            past = starts[starts >= chunk_rows]
+            later = past[~unknown[past - 1]]
+            if not len(later) and len(pending) > 2 * chunk_rows:
                 raise ToolError(f"rows {base + 1}-{base + len(pending)}: no place to end a chunk: every group "
                                 "boundary past --chunk-rows is next to a row whose group cannot be known")
-            if not later:
+            if not len(later):
                 break  # the group crossing chunk_rows may go on in the next block
-            cut = later[0]
+            cut = int(later[0])
             yield make(pending, starts, unknown, cut)
             pending = pending.slice(cut, len(pending))
             base += cut

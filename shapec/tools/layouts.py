@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .groupmeta import GroupMeta, arrow_meta, struct_fields
 from .grouping import Chunk
 from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, got as _got
 
@@ -33,10 +34,18 @@ class Extracted:
 
     rewards: np.ndarray
     channels: dict[str, np.ndarray]
-    metadata: dict[str, list]
+    metas: dict[str, GroupMeta]
     components: np.ndarray | None
     agents: list | None
     errors: dict[int, RowError] = field(default_factory=dict)  # local row -> first error
+
+    @property
+    def metadata(self) -> dict[str, list]:
+        """Per metadata name, each group's value as its first row carries it."""
+        return {k: m.rows for k, m in self.metas.items()}
+
+    def metadata_for(self, groups: np.ndarray | None) -> dict:
+        return {k: m.take(groups) for k, m in self.metas.items()}
 
 
 def _expected(kind: str) -> str:
@@ -113,17 +122,11 @@ class FlatLayout:
             table = block.table
             rewards = _arrow_numbers(table, "reward", "reward", chunk.base, errors)
             channels = {name: _arrow_numbers(table, name, typ, chunk.base, errors) for name, typ in inputs}
-            metadata = {}
-            for m in metas:
-                if m.name in table.column_names:
-                    metadata[m.name] = [struct_fields(v) for v in table.column(m.name).take(starts).to_pylist()]
-                else:
-                    metadata[m.name] = [None] * len(starts)
+            metadata = {m.name: arrow_meta(block, starts, m) for m in metas}
             comps = None
             if "reward_components" in table.column_names:
-                comps = np.array([_component_count(v) for v in table.column("reward_components").to_pylist()])
-            agents = block.keys(self.agent_key) if self.agent_key else None
-            agents = [agents[s] for s in starts] if agents else None
+                comps = _arrow_components(block)
+            agents = block.keys_at(self.agent_key, starts) if self.agent_key and len(block) else None
         else:
             for i, r in enumerate(block.rows):
                 if isinstance(r, BadLine):
@@ -131,21 +134,14 @@ class FlatLayout:
             rewards = _numbers(block.column("reward"), "reward", "reward", chunk.base, errors)
             channels = {name: _numbers(block.column(name), name, typ, chunk.base, errors) for name, typ in inputs}
             firsts = block.first_rows(starts)
-            metadata = {m.name: [_none(r.get(m.name) if isinstance(r, dict) else None) for r in firsts] for m in metas}
+            metadata = {m.name: GroupMeta(m.kind, [_none(r.get(m.name) if isinstance(r, dict) else None)
+                                                   for r in firsts]) for m in metas}
             comps = None
             if any(isinstance(r, dict) and "reward_components" in r for r in block.rows):
                 comps = np.array([_component_count(r.get("reward_components") if isinstance(r, dict) else None)
                                   for r in block.rows])
             agents = [_none(get_path(r, self.agent_key)) for r in firsts] if self.agent_key else None
         return Extracted(rewards, channels, metadata, comps, agents, errors)
-
-
-def struct_fields(v: Any) -> Any:
-    """A Parquet struct carries every field, absent ones as null: keep only the present ones,
-    as the JSON object the row was would have them."""
-    if isinstance(v, dict):
-        return {k: struct_fields(x) for k, x in v.items() if x is not None}
-    return v
 
 
 def _none(v: Any) -> Any:
@@ -161,6 +157,31 @@ def _component_count(v: Any) -> float:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return float(v) if not isinstance(v, int) or abs(v) <= EXACT_INT else float(EXACT_INT)
     return 1.0 if v else 0.0
+
+
+def _arrow_components(block: ArrowBlock) -> np.ndarray:
+    """`reward_components` of every row of a Parquet chunk, counted as _component_count counts one."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    arr = block.array("reward_components")
+    t, is_ = arr.type, pa.types
+    if is_.is_list(t) or is_.is_large_list(t) or is_.is_fixed_size_list(t):
+        out = pc.list_value_length(arr).cast(pa.float64())
+    elif is_.is_struct(t):
+        out = pc.if_else(arr.is_valid(), float(t.num_fields), 0.0)
+    elif is_.is_integer(t):
+        big = pc.greater(arr, pa.scalar(EXACT_INT, t)) if t.bit_width == 64 else pa.repeat(False, len(arr))
+        if is_.is_signed_integer(t) and t.bit_width == 64:
+            big = pc.or_(big, pc.less(arr, pa.scalar(-EXACT_INT, t)))
+        out = pc.if_else(big, float(EXACT_INT), arr.cast(pa.float64(), safe=False))
+    elif is_.is_floating(t) or is_.is_boolean(t):
+        out = arr.cast(pa.float64())
+    elif is_.is_string(t) or is_.is_large_string(t) or is_.is_binary(t) or is_.is_large_binary(t):
+        out = pc.greater(pc.binary_length(arr), 0).cast(pa.float64())
+    else:  # maps, dictionaries, decimals, dates...: value by value
+        return np.array([_component_count(v) for v in arr.to_pylist()], dtype=np.float64)
+    return pc.fill_null(out, 0.0).to_numpy(zero_copy_only=False).astype(np.float64)
 
 
 class NemoGymLayout:
@@ -232,6 +253,7 @@ class NemoGymLayout:
         metadata = {m.name: [self._meta(r, m.name) for r in firsts] for m in metas}
         if chunk.block.from_arrow:
             metadata = {k: [struct_fields(v) for v in vs] for k, vs in metadata.items()}
+        metadata = {m.name: GroupMeta(m.kind, metadata[m.name]) for m in metas}
         agents = [_none(get_path(r, self.agent_key)) for r in firsts] if self.agent_key else None
         return Extracted(rewards, channels, metadata, comps if comps.any() else None, agents, errors)
 

@@ -85,6 +85,12 @@ class RowsBlock:
     def keys(self, path: str) -> list:
         return [get_path(r.row if isinstance(r, BadLine) else r, path) for r in self.rows]
 
+    def keys_at(self, path: str, indices) -> list:
+        return [get_path(r.row if isinstance(r, BadLine) else r, path) for r in (self.rows[int(i)] for i in indices)]
+
+    def has_field(self, path: str) -> bool:
+        return any(k is not MISSING for k in self.keys(path))
+
     def slice(self, a: int, b: int) -> "RowsBlock":
         return RowsBlock(self.rows[a:b], self.from_arrow)
 
@@ -122,6 +128,22 @@ class ArrowBlock:
         if path not in self.table.column_names:
             return [MISSING] * len(self)
         return self.table.column(path).to_pylist()
+
+    def keys_at(self, path: str, indices) -> list:
+        """keys(path) of these rows only, without converting the whole column."""
+        if path not in self.table.column_names:
+            return [MISSING] * len(indices)
+        import pyarrow as pa
+
+        return self.table.column(path).take(pa.array(indices, pa.int64())).to_pylist()
+
+    def has_field(self, path: str) -> bool:
+        return path in self.table.column_names
+
+    def array(self, name: str):
+        """One column as a single Arrow array (a chunk may hold several record batches)."""
+        col = self.table.column(name)
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
     def slice(self, a: int, b: int) -> "ArrowBlock":
         return ArrowBlock(self.table.slice(a, b - a))

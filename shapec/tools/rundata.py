@@ -62,56 +62,74 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
     errors = {**ex.errors, **chunk.key_errors}  # a missing group key is the row's first problem
     G = chunk.groups
     off = chunk.offsets
-    group_of = np.repeat(np.arange(G), np.diff(off))
+    sizes = np.diff(off)
     if errors and on_bad_row == "stop":
         raise DataError(str(errors[min(errors)]))
     own: dict[int, str] = {}  # local row -> why it is rejected
     reasons: dict[int, str] = {}  # group -> why its other rows are rejected
-    for i in sorted(errors):
-        err, g = errors[i], int(group_of[i])
-        if chunk.unknown[i]:
-            own[i] = f"{err}; its group cannot be known, so every group it may belong to is rejected"
-            for h in _groups_of(chunk, i, g):
-                reasons.setdefault(h, f"in a group row {err.row} may belong to (its group cannot be known): {err}")
-        else:
-            own[i] = str(err)
-            reasons.setdefault(g, f"in a group with a bad row: {err}")
+    if errors:
+        group_of = np.repeat(np.arange(G), sizes)
+        for i in sorted(errors):
+            err, g = errors[i], int(group_of[i])
+            if chunk.unknown[i]:
+                own[i] = f"{err}; its group cannot be known, so every group it may belong to is rejected"
+                for h in _groups_of(chunk, i, g):
+                    reasons.setdefault(h, f"in a group row {err.row} may belong to (its group cannot be known): {err}")
+            else:
+                own[i] = str(err)
+                reasons.setdefault(g, f"in a group with a bad row: {err}")
 
-    def run(groups: list[int], validate_only: bool = False):
-        rows = np.concatenate([np.arange(off[g], off[g + 1]) for g in groups]) if groups else np.zeros(0, np.int64)
-        sizes = np.diff(off)[groups]
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    def run(groups: np.ndarray, validate_only: bool = False):
+        """Shape these groups (ascending); validate_only checks them without shaping or state."""
+        whole = len(groups) == G
+        rows = np.arange(len(chunk.block)) if whole else np.flatnonzero(np.repeat(np.isin(np.arange(G), groups), sizes))
+        offsets = np.zeros(len(groups) + 1, dtype=np.int64)
+        np.cumsum(sizes[groups], out=offsets[1:])
+        pick = (lambda v: v) if whole else (lambda v: v[rows])
         result = shaper(
-            ex.rewards[rows], offsets=offsets,
-            channels={k: v[rows] for k, v in ex.channels.items()},
-            metadata={k: [v[g] for g in groups] for k, v in ex.metadata.items()},
+            pick(ex.rewards), offsets=offsets,
+            channels={k: pick(v) for k, v in ex.channels.items()},
+            metadata=ex.metadata_for(None if whole else groups),
             params=plan.params(None if ex.agents is None else [ex.agents[g] for g in groups]),
-            reward_components=None if ex.components is None else ex.components[rows],
+            reward_components=None if ex.components is None else pick(ex.components),
             training=training and not validate_only,
         )
         return rows, result
 
-    unusable = (BatchError, ParamError, OverflowError)  # OverflowError: metadata past a float's range
-    good = [g for g in range(G) if g not in reasons]
-    if good:
-        try:
-            run(good, validate_only=True)
-        except unusable as err:
-            # isolate the groups whose metadata or params are bad: each alone, validation only
-            for g in good:
-                try:
-                    run([g], validate_only=True)
-                except unusable as one:
-                    msg = f"row {chunk.base + off[g] + 1} (first row of its group): {one}"
-                    if on_bad_row == "stop":
-                        raise DataError(msg) from None
-                    reasons[g] = f"in a group with a bad row: {msg}"
-            if not any(g in reasons for g in good):
-                raise ToolError(f"rows {chunk.base + 1}..{chunk.base + len(chunk.block)}: {err}") from None
-            good = [g for g in good if g not in reasons]
-    rows, result = run(good) if good else (np.zeros(0, np.int64), None)
+    good = np.setdiff1d(np.arange(G), np.fromiter(reasons, np.int64, len(reasons)))
+    try:
+        rows, result = run(good) if len(good) else (np.zeros(0, np.int64), None)
+    except UNUSABLE as err:  # raised by validation, before any shaping or state update
+        bad = []
+        for g, msg in _bad_groups(run, good, chunk, err):
+            if on_bad_row == "stop":
+                raise DataError(msg) from None
+            reasons[g] = f"in a group with a bad row: {msg}"
+            bad.append(g)
+        if not bad:
+            raise ToolError(f"rows {chunk.base + 1}..{chunk.base + len(chunk.block)}: {err}") from None
+        good = np.setdiff1d(good, bad)
+        rows, result = run(good) if len(good) else (np.zeros(0, np.int64), None)
     rejected = [(i, own.get(i, reasons[g])) for g in sorted(reasons) for i in range(int(off[g]), int(off[g + 1]))]
     return ChunkOutcome(rows, result, rejected, ex.channels)
+
+
+UNUSABLE = (BatchError, ParamError, OverflowError)  # OverflowError: metadata past a float's range
+
+
+def _bad_groups(run, groups: np.ndarray, chunk: Chunk, err: Exception):
+    """(group, message) of every group of `groups` (which failed validation with `err`) that fails
+    on its own, in order: halves are validated apart, as a set of groups fails when one of them does."""
+    if len(groups) == 1:
+        g = int(groups[0])
+        yield g, f"row {chunk.base + int(chunk.offsets[g]) + 1} (first row of its group): {err}"
+        return
+    half = len(groups) // 2
+    for part in (groups[:half], groups[half:]):
+        try:
+            run(part, validate_only=True)
+        except UNUSABLE as one:
+            yield from _bad_groups(run, part, chunk, one)
 
 
 # ------------------------------------------------------------------------- metrics over chunks
@@ -184,6 +202,20 @@ class RunReport:
 
 
 
+def skip_counts(result) -> dict[str, int]:
+    """Groups passed through, by the reason of the first stage that passed each one through."""
+    counts: dict[str, int] = {}
+    taken = np.zeros(len(result.offsets) - 1, dtype=bool)
+    for st in result.stages:
+        mine = st.skipped & ~taken
+        taken |= mine
+        for code, count in zip(*np.unique(st.skip_codes[mine], return_counts=True)):
+            reason = st.skip_reasons[code]
+            if reason:
+                counts[reason] = counts.get(reason, 0) + int(count)
+    return counts
+
+
 def refuse_overwriting_input(data: Path, out: Path, rejects: Path) -> None:
     """Neither the output nor the rejects file may be the input under any name (hard link, symlink,
     `./x` vs `x`): writing either would destroy the rows being read."""
@@ -231,13 +263,13 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
             report.rows_in += len(chunk.block)
             report.groups += chunk.groups
             report.chunks += 1
-            group_of = np.repeat(np.arange(chunk.groups), np.diff(chunk.offsets))
-            report.groups_rejected += len({int(group_of[i]) for i, _ in outcome.rejected})
+            if outcome.rejected:
+                at = np.fromiter((i for i, _ in outcome.rejected), np.int64, len(outcome.rejected))
+                report.groups_rejected += len(np.unique(np.searchsorted(chunk.offsets, at, side="right")))
             if outcome.result is not None:
                 totals.add(outcome.result.metrics, len(outcome.good_rows))
-                for reason in outcome.result.skip_reasons:
-                    if reason:
-                        report.skipped[reason] = report.skipped.get(reason, 0) + 1
+                for reason, count in skip_counts(outcome.result).items():
+                    report.skipped[reason] = report.skipped.get(reason, 0) + count
         rejects.commit()
         writer.commit()  # last: a complete output means the rejects beside it are complete too
     except BaseException:
