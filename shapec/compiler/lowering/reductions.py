@@ -111,7 +111,7 @@ class Hoisting:
             if indexed:
                 o(f"{idx}[{k}] = {local}")
             unmasked = mask.op == "const" and mask.attr == 1.0
-            o(f"{k} += 1" if unmasked else f"{k} += {self.ex(mask, ctx, scope)} == 1.0")
+            o(f"{k} += 1" if unmasked else f"{k} += {self.truth(mask, ctx, scope)}")
         if key[3]:
             o(f"k_sort({vals}, {k})")
         scope.names[key] = (vals, idx, k)
@@ -182,7 +182,7 @@ class Hoisting:
             self.hoist(mask, inner, "group")
             o("for i in range(s, e):")
             with o.indented():
-                o(f"if {self.ex(mask, 'rollout', inner)} == 1.0:")
+                o(f"if {self.truth(mask, 'rollout', inner)}:")
                 with o.indented():
                     o(f"bbuf[kb] = {self.ex(arg, 'rollout', inner)}")
                     o("kb += 1")

@@ -1,10 +1,11 @@
 """StageLowering: one shaper (a pipeline stage) lowered to one kernel, assembled from one mixin
-per pass (arguments, expressions, hoisting, statements, groups), which share its state."""
+per pass (arguments, expressions, conditions, hoisting, statements, groups), which share its state."""
 
 from __future__ import annotations
 
 from ..ir import ShaperIR
 from .arguments import Arguments
+from .conditions import Conditions
 from .emitter import Arg
 from .expressions import Expressions
 from .groups import Groups
@@ -13,7 +14,7 @@ from .reductions import Hoisting
 from .statements import Statements
 
 
-class StageLowering(Arguments, Expressions, Hoisting, Statements, Groups):
+class StageLowering(Arguments, Expressions, Conditions, Hoisting, Statements, Groups):
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
     def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False):

@@ -66,8 +66,8 @@ class Statements:
         def apply(steps):
             for step in steps:
                 self.hoist(step.expr, scope, "group")
-                v = self.ex(step.expr, "group", scope)
-                hit = f"{v} == 1.0" if step.mode == "when" else f"{v} != 1.0"
+                v = self.truth(step.expr, "group", scope)
+                hit = v if step.mode == "when" else f"not {v}"
                 o(f"if code == 0 and {hit}:  " + self.note(self.label(step)))
                 with o.indented():
                     o(f"code = {ir.skip_reasons.index(step.name)}")
@@ -98,9 +98,10 @@ class Statements:
         parts = []
         if step.on is not None:
             on = self.ex(step.on, "rollout", scope)
-            parts.append(f"float(i - s) == {on}" if step.on.ty.kind == "index" else f"{on} == 1.0")
+            parts.append(f"float(i - s) == {on}" if step.on.ty.kind == "index"
+                         else self.truth(step.on, "rollout", scope))
         if step.when is not None:
-            parts.append(f"{self.ex(step.when, 'rollout', scope)} == 1.0")
+            parts.append(self.truth(step.when, "rollout", scope))
         return "".join(f"({p}) and " for p in parts)
 
     def step_let(self, step: Step, scope: Scope) -> None:
@@ -141,7 +142,7 @@ class Statements:
         o(f"{self.var(step.name)}[g] = 0.0")
         o(f"gcode = {reasons.index('closed')}")
         for verdict, reason, when in step.rules:
-            cond = "True" if when is None else f"{self.ex(when, 'group', scope)} == 1.0"
+            cond = "True" if when is None else self.truth(when, "group", scope)
             o(f"if not decided and {cond}:  " + self.note(f"{verdict}: reason {reasons.index(reason)}"))
             with o.indented():
                 o(f"{self.var(step.name)}[g] = {1.0 if verdict == 'open' else 0.0}")
@@ -171,7 +172,7 @@ class Statements:
             o(f"if {guard}:")
             with o.indented():
                 self.hoist(cond, scope, "group")
-                o(f"{guard} = {self.ex(cond, 'group', scope)} == 1.0")
+                o(f"{guard} = {self.truth(cond, 'group', scope)}")
         o(f"if {guard}:")
         with o.indented():
             body()

@@ -1,0 +1,132 @@
+"""Two-valued conditions: a boolean IR expression tested for "is 1" (or "is 0") as native code.
+
+Booleans are three-valued floats (1 true, 0 false, NaN missing), and `ex()` writes them with the
+helpers `k_and`, `k_or` and `k_cmp`, which carry a missing value through. But most booleans are
+only ever *tested*: a `when`, a skip, a gate rule, a selection mask and a guard all ask "is it
+1?". That question has an exact two-valued answer that needs no missing value at all:
+
+    and(a, b) is 1  <=>  a is 1 and b is 1        and(a, b) is 0  <=>  a is 0 or b is 0
+    or(a, b) is 1   <=>  a is 1 or b is 1         or(a, b) is 0   <=>  a is 0 and b is 0
+    not(a) is 1     <=>  a is 0                   not(a) is 0     <=>  a is 1
+    cmp(a < b) is 1 <=>  a < b (false on NaN)     cmp(a < b) is 0 <=>  a >= b (false on NaN)
+
+so a condition lowers to Python's `and`, `or` and comparisons on plain float64, where a NaN
+operand makes a comparison false, which is exactly "not 1". The rules for `and` is 1, `or` is 0
+and `not` rely on the operands being *clean* booleans (only 0, 1 or NaN: `k_and` calls any
+nonzero value true, `k_or` only 1); an operand that may hold another value (a bool metadata
+field, which arrives as the user's number) is tested through the helpers instead, as is a
+condition deeper than MAX_HEIGHT (so a long mixed chain still spills into temporaries).
+"""
+
+from __future__ import annotations
+
+from ..ir import Node
+from .emitter import Scope
+
+MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
+NATIVE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=="}
+NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "!=": "=="}
+LOGIC = ("and", "or", "not", "cmp", "const")
+
+
+def _height(node: Node, limit: int) -> int:
+    """Levels of and/or/not/cmp above the leaves, counted up to `limit` (then: more than limit)."""
+    best = 0
+    stack = [(node, 1)]
+    while stack:
+        n, h = stack.pop()
+        if n.op not in LOGIC:
+            continue
+        best = max(best, h)
+        if best > limit:
+            return best
+        if n.op != "cmp":
+            stack.extend((c, h + 1) for c in n.args)
+    return best
+
+
+def _chain(node: Node) -> list[Node]:
+    """The operands of a chain of one and/or operator, left to right (no recursion)."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.op == node.op:
+            stack.extend(reversed(n.args))
+        else:
+            out.append(n)
+    return out
+
+
+class Conditions:
+    """The part of StageLowering (stage.py) that writes tests of boolean expressions."""
+
+    def truth(self, node: Node, ctx: str, scope: Scope) -> str:
+        """A Python bool expression, true exactly when `ex(node) == 1.0`."""
+        if _height(node, MAX_HEIGHT) > MAX_HEIGHT:
+            return f"({self.ex(node, ctx, scope)} == 1.0)"
+        return self._test(node, True, ctx, scope)
+
+    def falsity(self, node: Node, ctx: str, scope: Scope) -> str:
+        """A Python bool expression, true exactly when `ex(node) == 0.0`."""
+        if _height(node, MAX_HEIGHT) > MAX_HEIGHT:
+            return f"({self.ex(node, ctx, scope)} == 0.0)"
+        return self._test(node, False, ctx, scope)
+
+    def _test(self, node: Node, want: bool, ctx: str, scope: Scope) -> str:
+        op = node.op
+        if op == "const" and node.attr in (0.0, 1.0):
+            return repr((node.attr == 1.0) == want)
+        if op == "cmp":
+            a, b = (self.ex(x, ctx, scope) for x in node.args)
+            rel = node.attr if want else NEGATED.get(node.attr)
+            if want and rel == "!=" or not want and rel is None:  # a != b is true on NaN: test both sides
+                return f"({a} < {b} or {a} > {b})"
+            return f"({a} {rel} {b})"
+        if op in ("and", "or"):
+            parts = _chain(node)
+            # "and is 1" and "or is 0" ask every operand a question whose answer holds only for clean ones
+            needs_clean = (op == "and") == want
+            if needs_clean and not all(self.clean(p) for p in parts):
+                return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
+            joiner = " and " if needs_clean else " or "
+            return "(" + joiner.join(self._test(p, want, ctx, scope) for p in parts) + ")"
+        if op == "not" and self.clean(node.args[0]):
+            return self._test(node.args[0], not want, ctx, scope)
+        return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
+
+    def clean(self, node: Node) -> bool:
+        """True when the value is certainly 0, 1 or NaN (so every helper reads it the same way)."""
+        op = node.op
+        if op in ("cmp", "and", "or", "skipped"):
+            return True
+        if op == "const":
+            return node.attr in (0.0, 1.0)
+        if op == "not":
+            return self.clean(node.args[0])
+        if op == "cond":
+            return self.clean(node.args[1]) and self.clean(node.args[2])
+        if op == "fallback":
+            return self.clean(node.args[0]) and self.clean(node.args[1])
+        if op == "call":
+            return node.attr in ("missing", "present")
+        if op in ("reduce", "breduce"):  # any and all give 0 or 1 (or NaN where a selection is unusable)
+            return (node.attr[0] if op == "reduce" else node.attr) in ("any", "all")
+        if op == "ref" and node.ty.kind == "bool":
+            ns, name = node.attr
+            if ns in ("input", "param"):  # inputs arrive as 0/1, bool params as 0/1 or NaN (absent)
+                return True
+            if ns == "var":
+                return self.clean_var(name)
+        return False
+
+    def clean_var(self, name: str) -> bool:
+        """A let or gate whose expression is clean, or a gate-rule block (it stores 0 or 1)."""
+        memo = self.__dict__.setdefault("_clean_vars", {})
+        if name not in memo:
+            memo[name] = False  # a cycle cannot happen (lets are ordered), but stay safe
+            step = next((s for s in (*self.ir.batch_steps, *self.ir.steps) if s.name == name), None)
+            if step is not None and step.kind == "gaterules":
+                memo[name] = True
+            elif step is not None and step.kind in ("let", "gate") and step.expr is not None:
+                memo[name] = self.clean(step.expr)
+        return memo[name]
