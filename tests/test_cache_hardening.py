@@ -67,7 +67,7 @@ def test_bad_numba_cache_files_are_purged_and_rebuilt_in_the_same_call(kernels, 
 
 def test_non_utf8_digest_sidecar_is_rebuilt(kernels):
     assert rewards() == EXPECTED
-    (so,) = kernels.glob("*.so")
+    (so,) = kernels.glob("shapec_aot_*.so")
     sidecar = so.with_name(so.name + ".sha256")
     sidecar.write_bytes(b"\xff\xfe\x00garbage")
     built = build.STATS["built"]
@@ -79,7 +79,7 @@ def test_non_utf8_digest_sidecar_is_rebuilt(kernels):
 
 def test_foreign_extension_with_a_matching_digest_is_replaced_and_loads_in_the_same_process(kernels, tmp_path):
     assert rewards() == EXPECTED
-    (so,) = kernels.glob("*.so")
+    (so,) = kernels.glob("shapec_aot_*.so")
     foreign = Path(np.random.mtrand.__file__).read_bytes()  # a real extension, of another module
     os.replace(_written(tmp_path / "foreign.so", foreign), so)
     _written(so.with_name(so.name + ".sha256"), __import__("hashlib").sha256(foreign).hexdigest().encode())
@@ -119,7 +119,7 @@ def test_unwritable_cache_folder_falls_back_to_a_private_one(kernels, monkeypatc
     warnings = [r.getMessage() for r in caplog.records if "kernel cache" in r.getMessage()]
     assert len(warnings) == 1 and str(kernels) in warnings[0] and reason in warnings[0]
     private = cache._PRIVATE[0]
-    assert str(private) in warnings[0] and len(list(private.glob("*.so"))) == 2
+    assert str(private) in warnings[0] and len(list(private.glob("shapec_aot_*.so"))) == 2
     assert "shapec bug" not in caplog.text
 
 

@@ -84,7 +84,7 @@ def test_clean_offsets_agree_with_numpy(values, total):
 
 
 def test_bad_arrays_still_get_the_numpy_message():
-    validate.use_compiled_checks()
+    validate.use_compiled_checks(fastcheck)
     with pytest.raises(BatchError, match=r"x: negative length at index 2"):
         validate.finite("x", np.array([1.0, 2.0, -1.0]), "tokens")
     with pytest.raises(BatchError, match=r"b: group 1: band needs b > a"):

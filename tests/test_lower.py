@@ -201,13 +201,13 @@ def test_jit_cache_is_used_when_aot_is_off(cache, monkeypatch):
     assert first[:2] == ["0", "1"]  # compiled
     assert second[:2] == ["1", "0"]  # loaded from numba's cache
     assert first[2] == second[2] == "[1.0, 0.0]\n"
-    assert not list(cache.glob("*.so"))
+    assert not list(cache.glob("shapec_aot_*.so"))
 
 
 def test_corrupt_extension_is_rebuilt_never_loaded(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
     build.load_kernels(ir)
-    (so,) = cache.glob("*.so")
+    (so,) = cache.glob("shapec_aot_*.so")
     good = so.read_bytes()
     build._MODULES.clear()
     broken = so.with_suffix(".broken")

@@ -404,8 +404,8 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     written (read-only, full, not ours) is replaced by a private temporary one, with a warning.
     """
     from ..runtime.validate import use_compiled_checks
+    from .checks_build import load_checks
 
-    use_compiled_checks()  # numba is loaded anyway: the batch checks take one pass each
     source, stages = _lower_all(ir, parallel)
     if parallel:
         fork_safe_threading()
@@ -418,6 +418,7 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
             raise
         except OSError as err:
             cache.fall_back(err)  # raises KernelCacheError when already on the private folder
+    use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
     return [Kernel(low.ir, fn, tuple(low.args), parallel) for low, fn in zip(stages, fns)]
 
 

@@ -21,18 +21,17 @@ _INT64_MAX = np.iinfo(np.int64).max
 _FAST = None  # runtime/fastcheck.py once the numba backend is in use: one-pass checks, same verdicts
 
 
-def use_compiled_checks() -> None:
-    """Let the validators answer "clean" with one numba pass (the numba backend calls this; the
-    numpy code below still decides every array the fast check does not pass, and words the error)."""
+def use_compiled_checks(module) -> None:
+    """Let the validators answer "clean" with one compiled pass (runtime/fastcheck.py, as the numba
+    backend loads it: compiler/checks_build.py); the numpy code below still decides every array the
+    fast check does not pass, and words the error."""
     global _FAST
-    if _FAST is None:
-        from . import fastcheck
-
-        _FAST = fastcheck
+    if module is not None:
+        _FAST = module
 
 
 def _fast_1d(arr: np.ndarray) -> bool:
-    return _FAST is not None and arr.dtype == _F64 and arr.ndim == 1
+    return _FAST is not None and arr.dtype == _F64 and arr.ndim == 1 and arr.flags.c_contiguous
 
 
 def clean(arr: np.ndarray, nonneg: bool, allow_nan: bool, whole: bool) -> bool:
@@ -145,7 +144,8 @@ def integers(name: str, value: Any) -> np.ndarray:
 
 def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards") -> np.ndarray:
     """Group boundaries: start at 0, never go back, end at the number of values they slice."""
-    if _FAST is not None and off.dtype == np.int64 and off.ndim == 1 and _FAST.clean_offsets(off, total):
+    if (_FAST is not None and off.dtype == np.int64 and off.ndim == 1 and off.flags.c_contiguous
+            and _FAST.clean_offsets(off, total)):
         return off
     if len(off) < 1:
         raise BatchError(f"{name}: expected at least one offset (0), got an empty array")
@@ -209,7 +209,7 @@ def band_table(name: str, value: np.ndarray, G: int) -> np.ndarray:
     """
     if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
         raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
-    value = value.astype(np.float64, copy=False)
+    value = np.ascontiguousarray(value, dtype=np.float64)
     out = np.empty((G, 4))
     if _FAST is not None and _FAST.band_rows(value, out):
         return out
