@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def median_seconds(env: dict, runs: int) -> tuple[float, float]:
-    cmd = [sys.executable, "-m", "shapec.cli", "check", "-q", *map(str, sorted((ROOT / "shapec" / "stdlib").glob("*.shape")))]
+    files = sorted((ROOT / "shapec" / "stdlib").glob("*.shape"))
+    cmd = [sys.executable, "-m", "shapec.cli", "check", "-q", *map(str, files)]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True)  # warm-up: grammar (and bytecode) caches
     times = []
     for _ in range(runs):

@@ -57,7 +57,8 @@ def guarded_spec(rng: random.Random) -> str:
     if rng.random() < 0.5:
         lines.append(f"  clamp >= {rng.choice(['0', '-1', 'w', '0.5'])}{rng.choice(['', ' on reward > 0'])}")
     if rng.random() < 0.4:
-        lines.append(f"  factor f = {rng.choice(['0.5', 'min(1, 100 / max(float(t), 1))'])}{rng.choice(['', ' on reward > 0'])}")
+        factor = rng.choice(["0.5", "min(1, 100 / max(float(t), 1))"])
+        lines.append(f"  factor f = {factor}{rng.choice(['', ' on reward > 0'])}")
     return "\n".join(lines + ["}"]) + "\n"
 
 

@@ -116,7 +116,8 @@ PUBLISHED = [
 
 
 @pytest.mark.parametrize("module, name, param, keeps, breaks", PUBLISHED, ids=[f"{m}.{n}" for m, n, *_ in PUBLISHED])
-def test_published_shapers_prove_what_they_declare_and_name_the_params_that_break_it(module, name, param, keeps, breaks):
+def test_published_shapers_prove_what_they_declare_and_name_the_param_that_breaks_it(module, name, param, keeps,
+                                                                                     breaks):
     got = verdicts(module, name)
     declared = {k: v.status for k, v in got.items() if not k.startswith(("general", "outside"))}
     assert declared and set(declared.values()) == {"proved"}, declared
@@ -180,5 +181,6 @@ def test_static_pass_decides_the_stdlib_clauses_it_can():
                       | {(m, n, p) for m, n in (("miles", "length_penalty"), ("efficient", "efficient_reasoning"),
                                                 ("l1", "l1_max"), ("thinkprune", "truncate"))
                          for p in (*both, "within")}
-                      | {("grpo_lead", "lead_reward", "order_kept"), ("grpo_lead", "lead_advantage", "all_wrong_unchanged"),
+                      | {("grpo_lead", "lead_reward", "order_kept"),
+                         ("grpo_lead", "lead_advantage", "all_wrong_unchanged"),
                          ("prime_rl", "linear_length", "all_wrong_unchanged")})

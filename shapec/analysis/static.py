@@ -16,7 +16,7 @@ import contextlib
 import math
 
 from ..compiler.intervals import arith, bounds_call
-from ..compiler.ir import PARAM, ROLLOUT, UNITS, Ensure, Node, ShaperIR
+from ..compiler.ir import ROLLOUT, UNITS, Ensure, Node, ShaperIR
 
 INF = math.inf
 FULL = (-INF, INF)
@@ -344,11 +344,6 @@ class Bounds:
         return lo, hi
 
 
-def interval(ir: ShaperIR, node: Node, over: str | None = None) -> tuple[float, float]:
-    """Conservative bounds of one expression (booleans: within [0, 1])."""
-    return Bounds(ir, over).of(node)
-
-
 def _when_facts(b: Bounds, ensure: Ensure) -> dict | None:
     return {} if ensure.when is None else b.facts(ensure.when, False, 0)
 
@@ -382,7 +377,8 @@ def decide(ir: ShaperIR, ensure: Ensure) -> tuple[str, str] | None:
         if lo >= ensure.lo and hi <= ensure.hi:
             return "proved", f"static: every shaped reward lies in [{lo:g}, {hi:g}]"
         if total and (lo > ensure.hi or hi < ensure.lo):
-            return "refuted", f"static: every shaped reward lies in [{lo:g}, {hi:g}], outside [{ensure.lo:g}, {ensure.hi:g}]"
+            return "refuted", (f"static: every shaped reward lies in [{lo:g}, {hi:g}], "
+                               f"outside [{ensure.lo:g}, {ensure.hi:g}]")
         return None
     if ensure.prop == "order_kept":
         if ensure.over != "binary":
