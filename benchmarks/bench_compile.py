@@ -1,0 +1,228 @@
+"""Cold and warm kernel loads of the stdlib as whole processes, on both build paths, and the cache
+key's independence of the load path.
+
+    python benchmarks/bench_compile.py [--quick] [--modules nemo_rl l1 ...] [--repeat 1] [--warm-runs 3]
+
+For `nemo_rl` first, then every other stdlib module, each run is a fresh
+`python -c "import shapec; m = shapec.load(NAME); [m[n] for n in NAMES]"` over every shaper and
+pipeline of the module, so that each one's kernels are loaded:
+
+- cold: an empty SHAPEC_CACHE_DIR (a new temporary folder per run), once with the ahead-of-time
+  extension (SHAPEC_AOT=1, the default: numba.pycc) and once with numba's JIT cache (SHAPEC_AOT=0);
+- warm: the same command again on the folder its cold run filled (median of --warm-runs).
+
+Then path independence, on both paths: a copy of nemo_rl.shape compiled as `nemo_rl.shape` from its
+own folder, then by its absolute path from another folder, sharing one cache folder. The second load
+must be warm: it must add or rewrite no file in the folder (a compile writes the module, the
+extension or numba's index and data files); the script exits 1 otherwise. Each process is timed
+with perf_counter around it; peak RSS is the child's (os.wait4).
+
+Not a test: the machine may be shared, so every row carries the 1-minute load averages seen while it
+ran. The figures go to docs/performance.md ("Compile latency").
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+
+import shapec
+from shapec.tools.atomic import write_text
+
+ROOT = Path(__file__).resolve().parents[1]
+
+STDLIB = ROOT / "shapec" / "stdlib"
+QUICK = ("nemo_rl", "efficient", "thinkprune", "short_rl")
+PATHS = {"AOT": "1", "JIT": "0"}  # SHAPEC_AOT for each build path
+LOADS: list[float] = []  # 1-minute load averages sampled before each child of the current row
+
+
+@dataclass
+class Run:
+    seconds: float
+    rss_mib: int
+    stderr: str
+
+
+def child_env(cache: Path, aot: str) -> dict:
+    """The caller's environment without anything that would move or change the kernels."""
+    drop = ("SHAPEC_", "NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    return {**env, "SHAPEC_CACHE_DIR": str(cache), "SHAPEC_AOT": aot}
+
+
+def run(code: str, env: dict, cwd: Path = ROOT) -> Run:
+    """One `python -c code` process: wall seconds, peak RSS and stderr; exits if it fails."""
+    LOADS.append(os.getloadavg()[0])
+    with tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=cwd, env=env,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        text = err.read()
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): python -c {code!r}\n{text}")
+    return Run(seconds, usage.ru_maxrss // 1024, text)
+
+
+def load_code(module: str, names: tuple[str, ...]) -> str:
+    return f"import shapec; m = shapec.load({module!r}); [m[n] for n in {names!r}]"
+
+
+def listing(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under folder, relative, with its size and mtime (to see a rewrite)."""
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def generated_lines(folder: Path) -> tuple[int, int]:
+    """(generated modules, their total lines) in a filled cache folder."""
+    files = sorted(folder.glob("*.py"))
+    return len(files), sum(len(p.read_text().splitlines()) for p in files)
+
+
+def seconds(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2f}" if len(values) == 1 or hi - lo < 0.005 else f"{lo:.2f}-{hi:.2f}"
+
+
+@dataclass
+class Row:
+    module: str
+    names: int
+    modules: int
+    lines: int
+    cold: dict[str, list[float]]
+    warm: dict[str, float]
+    rss: dict[str, tuple[int, int]]  # path -> (cold, warm) peak RSS in MiB
+    fell_back: list[str]
+    load: tuple[float, float]
+
+
+def measure(module: str, repeat: int, warm_runs: int) -> Row:
+    """Cold runs (fresh folder each) and warm runs (on the last cold folder) of one module."""
+    LOADS.clear()
+    names = shapec.load(module, backend="interpreter").names()
+    code = load_code(module, names)
+    cold: dict[str, list[float]] = {}
+    warm: dict[str, float] = {}
+    rss: dict[str, tuple[int, int]] = {}
+    fell_back: list[str] = []
+    counts = (0, 0)
+    for path, aot in PATHS.items():
+        cold[path] = []
+        for i in range(repeat):
+            with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
+                cache = Path(tmp)
+                env = child_env(cache, aot)
+                first = run(code, env)
+                cold[path].append(first.seconds)
+                if i < repeat - 1:
+                    continue
+                if path == "AOT":
+                    counts = generated_lines(cache)
+                    if len(list(cache.glob("shapec_aot_*"))) < counts[0] * 2:  # each extension + sidecar
+                        fell_back.append(first.stderr.strip() or "no extension was built")
+                warms = [run(code, env) for _ in range(warm_runs)]
+                warm[path] = statistics.median(w.seconds for w in warms)
+                rss[path] = (first.rss_mib, max(w.rss_mib for w in warms))
+    return Row(module, len(names), *counts, cold, warm, rss, fell_back, (min(LOADS), max(LOADS)))
+
+
+def path_independence(path: str, aot: str) -> tuple[float, float, list[str]]:
+    """Cold seconds of the relative load, warm seconds of the absolute one, and what went wrong."""
+    with tempfile.TemporaryDirectory(prefix="bench-compile-paths-") as tmp:
+        spec_dir, other, cache = Path(tmp) / "spec", Path(tmp) / "elsewhere", Path(tmp) / "cache"
+        spec_dir.mkdir()
+        other.mkdir()
+        spec = spec_dir / "nemo_rl.shape"
+        write_text(spec, (STDLIB / "nemo_rl.shape").read_text())
+        code = "import shapec; m = shapec.compile_file({!r}); [m[n] for n in m.names()]"
+        env = child_env(cache, aot)
+        relative = run(code.format("nemo_rl.shape"), env, cwd=spec_dir)
+        before = listing(cache)
+        absolute = run(code.format(str(spec)), env, cwd=other)
+        after = listing(cache)
+        problems = [f"{path}: new file {f}" for f in sorted(set(after) - set(before))]
+        problems += [f"{path}: rewritten {f}" for f in sorted(set(before) & set(after)) if before[f] != after[f]]
+        return relative.seconds, absolute.seconds, problems
+
+
+def baseline(code: str) -> float:
+    """Median of three processes running code (interpreter start and imports only)."""
+    with tempfile.TemporaryDirectory(prefix="bench-compile-base-") as tmp:
+        env = child_env(Path(tmp), "1")
+        run(code, env)
+        return statistics.median(run(code, env).seconds for _ in range(3))
+
+
+def print_table(rows: list[Row]) -> None:
+    head = (f"{'module':16} {'names':>5} {'mods':>4} {'lines':>6} {'cold AOT s':>11} {'cold JIT s':>11} "
+            f"{'warm AOT s':>10} {'warm JIT s':>10} {'RSS MiB cold/warm AOT, JIT':>27} {'load':>9}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        mib = f"{r.rss['AOT'][0]}/{r.rss['AOT'][1]}, {r.rss['JIT'][0]}/{r.rss['JIT'][1]}"
+        flag = " *" if r.fell_back else ""
+        print(f"{r.module:16} {r.names:5} {r.modules:4} {r.lines:6} {seconds(r.cold['AOT']):>11} "
+              f"{seconds(r.cold['JIT']):>11} {r.warm['AOT']:10.2f} {r.warm['JIT']:10.2f} {mib:>27} "
+              f"{r.load[0]:4.2f}-{r.load[1]:.2f}{flag}")
+    print("-" * len(head))
+    total = {p: sum(min(r.cold[p]) for r in rows) for p in PATHS}
+    warm_gap = statistics.median(r.warm["JIT"] - r.warm["AOT"] for r in rows)
+    print(f"{'total':16} {sum(r.names for r in rows):5} {sum(r.modules for r in rows):4} "
+          f"{sum(r.lines for r in rows):6} {total['AOT']:11.1f} {total['JIT']:11.1f}")
+    print(f"warm JIT - warm AOT, median over modules: {warm_gap:+.2f} s per process")
+    for r in rows:
+        if r.fell_back:
+            print(f"* {r.module}: an extension is missing, the AOT column is (partly) the JIT cache: {r.fell_back[0]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modules", nargs="+", help="stdlib modules (default: nemo_rl, then all the others)")
+    parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    parser.add_argument("--repeat", type=int, default=1, help="cold runs per module and path (fresh folder each)")
+    parser.add_argument("--warm-runs", type=int, default=3, help="warm runs per module and path (median)")
+    args = parser.parse_args()
+    others = sorted(p.stem for p in STDLIB.glob("*.shape") if p.stem != "nemo_rl")
+    modules = args.modules or (list(QUICK) if args.quick else ["nemo_rl", *others])
+    start = time.perf_counter()
+    print(f"bench_compile: Python {sys.version.split()[0]}, numba {version('numba')}, shapec "
+          f"{shapec.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
+    print(f"process baselines (median of 3): python -c 'import shapec' {baseline('import shapec'):.2f} s, "
+          f"python -c 'import numba' {baseline('import numba'):.2f} s")
+    rows = []
+    for module in modules:
+        rows.append(measure(module, args.repeat, args.warm_runs))
+        print(f"  measured {module} ({time.perf_counter() - start:.0f} s so far)", flush=True)
+    print()
+    print_table(rows)
+    print()
+    problems = []
+    for path, aot in PATHS.items():
+        LOADS.clear()
+        cold, warm, wrong = path_independence(path, aot)
+        problems += wrong
+        print(f"path independence, {path}: nemo_rl.shape from its folder {cold:.2f} s (cold), then its absolute "
+              f"path from another folder {warm:.2f} s ({'warm, no new file' if not wrong else 'NOT warm'}; "
+              f"load {min(LOADS):.2f}-{max(LOADS):.2f})")
+    print(f"total {time.perf_counter() - start:.0f} s; load average {os.getloadavg()[0]:.2f} at the end")
+    if problems:
+        print("\n".join(problems), file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
