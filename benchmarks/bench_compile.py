@@ -1,7 +1,8 @@
-"""Cold and warm kernel loads of the stdlib as whole processes, on both build paths, and the cache
-key's independence of the load path.
+"""Cold and warm kernel loads of the stdlib as whole processes, both build paths; path independence.
 
     python benchmarks/bench_compile.py [--quick] [--modules nemo_rl l1 ...] [--repeat 1] [--warm-runs 3]
+                                       [--no-paths]
+    python benchmarks/bench_compile.py --modules nemo_rl:nemo_rl_length   # one pipeline, as `shapec run` loads it
 
 For `nemo_rl` first, then every other stdlib module, each run is a fresh
 `python -c "import shapec; m = shapec.load(NAME); [m[n] for n in NAMES]"` over every shaper and
@@ -110,10 +111,12 @@ class Row:
     load: tuple[float, float]
 
 
-def measure(module: str, repeat: int, warm_runs: int) -> Row:
-    """Cold runs (fresh folder each) and warm runs (on the last cold folder) of one module."""
+def measure(target: str, repeat: int, warm_runs: int) -> Row:
+    """Cold runs (fresh folder each) and warm runs (on the last cold folder) of one module, or of
+    some of its shapers (`module:name,name`)."""
     LOADS.clear()
-    names = shapec.load(module, backend="interpreter").names()
+    module, _, only = target.partition(":")
+    names = tuple(only.split(",")) if only else shapec.load(module, backend="interpreter").names()
     code = load_code(module, names)
     cold: dict[str, list[float]] = {}
     warm: dict[str, float] = {}
@@ -137,7 +140,7 @@ def measure(module: str, repeat: int, warm_runs: int) -> Row:
                 warms = [run(code, env) for _ in range(warm_runs)]
                 warm[path] = statistics.median(w.seconds for w in warms)
                 rss[path] = (first.rss_mib, max(w.rss_mib for w in warms))
-    return Row(module, len(names), *counts, cold, warm, rss, fell_back, (min(LOADS), max(LOADS)))
+    return Row(target, len(names), *counts, cold, warm, rss, fell_back, (min(LOADS), max(LOADS)))
 
 
 def path_independence(path: str, aot: str) -> tuple[float, float, list[str]]:
@@ -168,20 +171,20 @@ def baseline(code: str) -> float:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = (f"{'module':16} {'names':>5} {'mods':>4} {'lines':>6} {'cold AOT s':>11} {'cold JIT s':>11} "
+    head = (f"{'module':22} {'names':>5} {'mods':>4} {'lines':>6} {'cold AOT s':>11} {'cold JIT s':>11} "
             f"{'warm AOT s':>10} {'warm JIT s':>10} {'RSS MiB cold/warm AOT, JIT':>27} {'load':>9}")
     print(head)
     print("-" * len(head))
     for r in rows:
         mib = f"{r.rss['AOT'][0]}/{r.rss['AOT'][1]}, {r.rss['JIT'][0]}/{r.rss['JIT'][1]}"
         flag = " *" if r.fell_back else ""
-        print(f"{r.module:16} {r.names:5} {r.modules:4} {r.lines:6} {seconds(r.cold['AOT']):>11} "
+        print(f"{r.module:22} {r.names:5} {r.modules:4} {r.lines:6} {seconds(r.cold['AOT']):>11} "
               f"{seconds(r.cold['JIT']):>11} {r.warm['AOT']:10.2f} {r.warm['JIT']:10.2f} {mib:>27} "
               f"{r.load[0]:4.2f}-{r.load[1]:.2f}{flag}")
     print("-" * len(head))
     total = {p: sum(min(r.cold[p]) for r in rows) for p in PATHS}
     warm_gap = statistics.median(r.warm["JIT"] - r.warm["AOT"] for r in rows)
-    print(f"{'total':16} {sum(r.names for r in rows):5} {sum(r.modules for r in rows):4} "
+    print(f"{'total':22} {sum(r.names for r in rows):5} {sum(r.modules for r in rows):4} "
           f"{sum(r.lines for r in rows):6} {total['AOT']:11.1f} {total['JIT']:11.1f}")
     print(f"warm JIT - warm AOT, median over modules: {warm_gap:+.2f} s per process")
     for r in rows:
@@ -191,10 +194,13 @@ def print_table(rows: list[Row]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--modules", nargs="+", help="stdlib modules (default: nemo_rl, then all the others)")
+    parser.add_argument("--modules", nargs="+",
+                        help="stdlib modules, or module:name,name for some of their shapers (default: all)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--repeat", type=int, default=1, help="cold runs per module and path (fresh folder each)")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm runs per module and path (median)")
+    parser.add_argument("--no-paths", action="store_true",
+                        help="skip the path-independence check (two cold nemo_rl loads)")
     args = parser.parse_args()
     others = sorted(p.stem for p in STDLIB.glob("*.shape") if p.stem != "nemo_rl")
     modules = args.modules or (list(QUICK) if args.quick else ["nemo_rl", *others])
@@ -211,7 +217,7 @@ def main() -> None:
     print_table(rows)
     print()
     problems = []
-    for path, aot in PATHS.items():
+    for path, aot in ({} if args.no_paths else PATHS).items():
         LOADS.clear()
         cold, warm, wrong = path_independence(path, aot)
         problems += wrong
