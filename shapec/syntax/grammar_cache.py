@@ -33,7 +33,10 @@ def load(grammar: Path, options: dict, runtime: dict) -> Lark:
     options Lark applies when it loads saved tables (lexer callbacks, postlex, positions)."""
     text = grammar.read_text(encoding="utf-8")
     key = hashlib.sha256(repr((FORMAT, LARK_VERSION, text, sorted(options.items()))).encode()).hexdigest()
-    path = _folder() / f"shape-{key[:32]}.json"
+    try:
+        path = _folder() / f"shape-{key[:32]}.json"
+    except RuntimeError:  # no home folder to put the cache in: build every time
+        return Lark(text, **options, **runtime)
     cached = _read(path, key, runtime)
     if cached is not None:
         return cached
