@@ -1,7 +1,7 @@
 """`shapec check` stays light: it never imports numba, z3 or numpy (pre-commit runs it on every commit).
 
 Its time is measured by benchmarks/bench_check.py, not here: on the shared two-core machine a wall-clock
-bound of even 2 s was missed under load (five processes per core), so any bound would flake."""
+bound of even 2 s was missed at a load average of 5.6, so any bound would flake."""
 
 import subprocess
 import sys
