@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -36,10 +37,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 HERE = Path(__file__).resolve().parent
 PARAMS = {"longest_total_penalty": 0.1, "group_total_length_penalty_coeff": 0.2, "profile_band_total": True,
           "group_length_penalty_profile_gate": True}
@@ -47,6 +44,10 @@ SETS = [a for k, v in PARAMS.items() for a in ("--set", f"{k}={json.dumps(v)}")]
 
 
 def make_rollouts(path: Path, rows: int, group_size: int, seed: int = 0) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     rng = np.random.default_rng(seed)
     groups = rows // group_size
     n = groups * group_size
@@ -74,7 +75,10 @@ def make_rollouts(path: Path, rows: int, group_size: int, seed: int = 0) -> None
 # ------------------------------------------------------------------------- the baseline (a child process)
 def baseline(argv: list[str]) -> None:
     """pyarrow in, the hand kernel, pyarrow out: what `shapec run nemo_rl` does, written by hand."""
+    import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
     import hand_nemo_rl as hand
 
@@ -164,25 +168,43 @@ def baseline_cmd(data: Path, out: Path, chunk: int, params: Path, breakdown: lis
     return [sys.executable, "-c", code, str(data), str(out), "--chunk", str(chunk), "--params", str(params), *extra]
 
 
-def hand_params(work: Path) -> tuple[Path, list]:
-    """The hand kernel's params vector for PARAMS (resolved by shapec), and the term and factor names."""
-    sys.path.insert(0, str(HERE))
+def helper(name: str, *args) -> str:
+    """Run this file's function `name` in a child process and return what it prints: the parent
+    imports neither NumPy nor pyarrow and holds no data, because a child's peak RSS (ru_maxrss)
+    starts from its parent's at fork."""
+    code = f"import sys; sys.path.insert(0, {str(HERE)!r}); import bench_run; bench_run.{name}(*sys.argv[1:])"
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def make(path: str, rows: str, group_size: str, seed: str) -> None:
+    make_rollouts(Path(path), int(rows), int(group_size), int(seed))
+
+
+def hand_params(path: str) -> None:
+    """Writes the hand kernel's params vector for PARAMS (resolved by shapec); prints the term and
+    factor names."""
+    import numpy as np
+
     import hand_nemo_rl as hand
     import shapec
     from shapec.runtime.params import validate_params
 
     ir = shapec.load("nemo_rl", backend="interpreter").length_penalty.ir
     pv, gb = hand.param_vector(validate_params(ir, PARAMS))
-    path = work / "hand_params.npz"
     np.savez(path, pv=pv, gb=gb)
-    return path, [list(ir.terms), list(ir.factors)]
+    print(json.dumps([list(ir.terms), list(ir.factors)]))
 
 
-def same_columns(a: Path, b: Path, names: list[str]) -> list[str]:
-    """The columns of `names` whose float64 bytes differ between two Parquet files."""
+def differing(a: str, b: str, names: str) -> None:
+    """Prints the columns of `names` (JSON) whose float64 bytes differ between two Parquet files."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    names = json.loads(names)
     ta, tb = pq.read_table(a, columns=names), pq.read_table(b, columns=names)
-    return [c for c in names if ta.column(c).to_numpy().astype(np.float64).tobytes()
-            != tb.column(c).to_numpy().astype(np.float64).tobytes()]
+    print(json.dumps([c for c in names if ta.column(c).to_numpy().astype(np.float64).tobytes()
+                      != tb.column(c).to_numpy().astype(np.float64).tobytes()]))
 
 
 def main() -> None:
@@ -204,18 +226,21 @@ def main() -> None:
     try:
         data = work / "rollouts.parquet"
         t0 = time.perf_counter()
-        make_rollouts(data, args.rows, args.group_size)
+        helper("make", data, args.rows, args.group_size, 0)
         print(f"generated {args.rows} rollouts in {time.perf_counter() - t0:.1f} s "
               f"({data.stat().st_size / 2**20:.1f} MiB Parquet)")
-        params, names = hand_params(work)
+        params = work / "hand_params.npz"
+        names = json.loads(helper("hand_params", params))
         small = work / "small.parquet"
-        make_rollouts(small, 4096, args.group_size, seed=1)
+        helper("make", small, 4096, args.group_size, 1)
         warm = [shapec_cmd(small, work / "small.shapec.parquet", args.chunk),
                 baseline_cmd(small, work / "small.hand.parquet", args.chunk, params, None),
                 baseline_cmd(small, work / "small.full.parquet", args.chunk, params, names)]
         for cmd in warm:  # fills the kernel caches if they are empty
             run_child(cmd, env)
         fixed = [run_child(cmd, env)[:2] for cmd in warm]
+        print(f"this process: peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MiB (a floor "
+              "for every child's)")
         print(f"backend {args.backend}; a 4096-row run (start-up, imports, cached kernels): shapec {fixed[0][0]:.2f} s "
               f"{fixed[0][1]} MiB, baseline {fixed[1][0]:.2f} s {fixed[1][1]} MiB")
 
@@ -228,8 +253,9 @@ def main() -> None:
             run_child(cmd, env)
         columns = ["reward", "env_reward"]
         breakdown = [f"term.{t}" for t in names[0]] + [f"factor.{f}" for f in names[1]]
-        bad = same_columns(outs["shapec"], outs["baseline"], columns)
-        bad += same_columns(outs["shapec"], outs["baseline+breakdown"], columns + breakdown)
+        bad = json.loads(helper("differing", outs["shapec"], outs["baseline"], json.dumps(columns)))
+        bad += json.loads(helper("differing", outs["shapec"], outs["baseline+breakdown"],
+                                 json.dumps(columns + breakdown)))
         if bad:
             raise SystemExit(f"the baseline differs from shapec run in {sorted(set(bad))}")
         print(f"check: the baselines' reward and env_reward (and with the breakdown, all {len(breakdown)} term "
