@@ -149,7 +149,7 @@ def check(shaper, trials: int, seed: int = 1) -> None:
 
 
 def kernel_call(shaper, b: dict, p: dict):
-    """The generated kernel on arguments prepared beforehand (what the call adds is measured apart)."""
+    """The generated kernel on arguments prepared beforehand, breakdown off (what the call adds is measured apart)."""
     kernel = shaper._kernels[0]
     batch = make_batch(shaper.ir, b["rewards"], group_size=b["group_size"], channels=b["channels"],
                        metadata=b["metadata"])
@@ -157,9 +157,9 @@ def kernel_call(shaper, b: dict, p: dict):
     values = [get(batch, params, {}) for get in kernel.getters]
     n, G = batch.n, batch.groups
     T, F, NG, M = kernel.sizes
-    outs = (np.empty(n), np.empty((T, n)), np.empty((F, n)), np.empty(G, np.int64), np.empty((NG, G), np.int64),
+    outs = (np.empty(n), np.empty((T, 0)), np.empty((F, 0)), np.empty(G, np.int64), np.empty((NG, G), np.int64),
             np.empty(M))
-    return lambda: kernel.fn(*values, *outs)
+    return lambda: kernel.fn(*values, False, *outs)
 
 
 def interleaved(fns: dict, repeat: int, inner: int) -> dict[str, float]:

@@ -300,12 +300,13 @@ class Kernel:
     fn: object
     args: tuple[Arg, ...]
     parallel: bool = False
+    breakdown_always: bool = False  # a metric reads a term or factor: the kernel always stores them
 
     def __post_init__(self):
         ir = self.ir
         self.lock = _PARALLEL_LOCK if self.parallel and _serial_calls() else contextlib.nullcontext()
         self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
-        inputs = [a for a in self.args if not a.source.startswith("out")]
+        inputs = [a for a in self.args if not a.source.startswith("out") and a.source != "breakdown"]
         states = tuple(s for s, _ in ir.states)
         self.getters = [_getter(a, states) for a in inputs]
         self._batch_getters = [(i, self.getters[i]) for i, a in enumerate(inputs) if a.source != "param"]
@@ -338,12 +339,14 @@ class Kernel:
                                {f: np.ones(n) for f in ir.factors} if breakdown else {}, skip,
                                {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
         T, F, NG, M = self.sizes
-        out, terms, factors = np.empty(n), np.empty((T, n)), np.empty((F, n))
+        keep = breakdown or self.breakdown_always
+        width = n if keep else 0
+        out, terms, factors = np.empty(n), np.empty((T, width)), np.empty((F, width))
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
         values = self.arguments(batch, params, state)
         with self.lock:
-            state_out, bad_i, bad_g = self.fn(*values, out, terms, factors, skip, gates, metrics)
+            state_out, bad_i, bad_g = self.fn(*values, keep, out, terms, factors, skip, gates, metrics)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
@@ -419,7 +422,7 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
         except OSError as err:
             cache.fall_back(err)  # raises KernelCacheError when already on the private folder
     use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
-    return [Kernel(low.ir, fn, tuple(low.args), parallel) for low, fn in zip(stages, fns)]
+    return [Kernel(low.ir, fn, tuple(low.args), parallel, low.breakdown_always) for low, fn in zip(stages, fns)]
 
 
 NOTICE_AFTER = 1.0  # seconds: a warm load takes milliseconds, a first compile up to a minute

@@ -57,6 +57,7 @@ class Arguments:
                          "nt.float64[:, ::1]" if ps.kind == "band" else "nt.float64[::1]"))
         self.state_names = {name: new("st", name) for name, _ in ir.states}
         a.append(Arg("state_in", "state"))
+        a.append(Arg("keep", "breakdown", numba_type="nt.boolean"))  # store terms and factors
         # outputs, allocated by numpy (whose large arrays get transparent huge pages) and filled here
         a += [Arg("out", "out"), Arg("terms", "out_terms", numba_type="nt.float64[:, ::1]"),
               Arg("factors", "out_factors", numba_type="nt.float64[:, ::1]"),

@@ -63,7 +63,7 @@ class Expressions:
             return f"{name}[g]"
         if storage.startswith("term:") or storage.startswith("factor:"):
             kind, k = storage.split(":")
-            return f"{kind}s[{k}, i]"
+            return self.slot(kind, int(k))
         if storage == "rollout":
             return f"{name}[i]"
         if storage == "local":

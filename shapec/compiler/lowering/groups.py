@@ -53,6 +53,11 @@ class Groups:
         for n in reductions.values():
             self.selection_ops.setdefault(self.selection_key(n), []).append(n.attr[0])
         self.in_chunk = False
+        # a metric that reads a term or factor needs every group's values after the loop: then the
+        # breakdown is always stored; otherwise only when the caller passes keep (breakdown=True)
+        self.breakdown_always = any(v in self.metric_vars for v in (*ir.terms, *ir.factors))
+        self.term_slots: dict[int, str] = {}
+        self.factor_slots: dict[int, str] = {}
         for k, t in enumerate(ir.terms):
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
@@ -84,7 +89,7 @@ class Groups:
         head("):")
         with head.indented():
             head(self.namer.string(
-                f"Fills out (n), terms ({len(ir.terms)}, n), factors ({len(ir.factors)}, n), skip (G), gates "
+                f"Fills out (n), terms ({len(ir.terms)}, n) and factors ({len(ir.factors)}, n) when keep, skip (G), gates "
                 f"({len(ir.gate_reasons)}, G) and metrics ({len(ir.metrics)}); returns the new state and the "
                 "first non-finite reward (rollout, group) or -1."))
             head("n = rewards.shape[0]")

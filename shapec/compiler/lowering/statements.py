@@ -205,21 +205,42 @@ class Statements:
 
         def body():
             value = self.rollout_loop(step, scope)
+            slot = self.slot("term", k)
             o("for i in range(s, e):")
             with o.indented():
                 o(f"x = {value}")
-                o(f"terms[{k}, i] = x if {self.applies(step, scope)}not isnan(x) else 0.0")
-                o(f"tot[i - s] = {total}terms[{k}, i]")
+                o(f"{slot} = x if {self.applies(step, scope)}not isnan(x) else 0.0")
+                self.publish("term", k)
+                o(f"tot[i - s] = {total}{slot}")
 
         def off():
             o("for i in range(s, e):")
             with o.indented():
-                o(f"terms[{k}, i] = 0.0")
+                o(f"{self.slot('term', k)} = 0.0")
+                self.publish("term", k)
                 if not total:
                     o("tot[i - s] = 0.0")
 
         self.guarded(step, scope, body, off)
         self.has_terms = True
+
+    def slot(self, kind: str, k: int) -> str:
+        """Where a term's or factor's value lives while its group is shaped: a scratch row of the
+        group (in cache), or the output itself when a metric reads it after the group loop."""
+        if self.breakdown_always:
+            return f"{kind}s[{k}, i]"
+        names = self.term_slots if kind == "term" else self.factor_slots
+        if k not in names:
+            names[k] = self.fresh("tv" if kind == "term" else "fv")
+            self.alloc("local", names[k])
+        return f"{names[k]}[i - s]"
+
+    def publish(self, kind: str, k: int) -> None:
+        """Store the value into the breakdown output, when the caller asked for one (`keep`)."""
+        if not self.breakdown_always:
+            self.out("if keep:")
+            with self.out.indented():
+                self.out(f"{kind}s[{k}, i] = {self.slot(kind, k)}")
 
     def start_running(self) -> None:
         """The running reward: the input reward plus the term sum, from the first clamp or factor on."""
@@ -264,14 +285,16 @@ class Statements:
                 preamble()
                 o(f"m = {m}")
                 o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
-                o(f"factors[{k}, i] = m if applied else 1.0")
+                o(f"{self.slot('factor', k)} = m if applied else 1.0")
+                self.publish("factor", k)
                 o("run[i - s] = run[i - s] * m if applied else run[i - s]")
 
         def off():
             o("for i in range(s, e):")
             with o.indented():
                 preamble()
-                o(f"factors[{k}, i] = 1.0")
+                o(f"{self.slot('factor', k)} = 1.0")
+                self.publish("factor", k)
 
         self.guarded(step, scope, body, off)
         self.first_running = False
@@ -301,10 +324,18 @@ class Statements:
             o("for i in range(s, e):")
             with o.indented():
                 o("out[i] = rewards[i]")
-                for k in range(len(ir.terms)):
-                    o(f"terms[{k}, i] = 0.0")
-                for k in range(len(ir.factors)):
-                    o(f"factors[{k}, i] = 1.0")
+                if self.breakdown_always:
+                    for k in range(len(ir.terms)):
+                        o(f"terms[{k}, i] = 0.0")
+                    for k in range(len(ir.factors)):
+                        o(f"factors[{k}, i] = 1.0")
+                elif ir.terms or ir.factors:
+                    o("if keep:")
+                    with o.indented():
+                        for k in range(len(ir.terms)):
+                            o(f"terms[{k}, i] = 0.0")
+                        for k in range(len(ir.factors)):
+                            o(f"factors[{k}, i] = 1.0")
             for k in range(len(ir.gate_reasons)):
                 o(f"gates[{k}, g] = -1")
 
