@@ -166,6 +166,13 @@ def assert_agree(interp, kernel, rewards, kwargs, state=None):
     for stage, values in interp.state_dict().items():
         for k, v in values.items():
             assert_close(v, kernel.state_dict()[stage][k], f"state {stage}.{k}")
+    if not kernel.state_dict():  # a second call of a stateful shaper would start from another state
+        lean = outcome(kernel, rewards, {**kwargs, "breakdown": False})  # the kernel stores no breakdown
+        assert lean.rewards.tobytes() == b.rewards.tobytes()
+        for sl, sb in zip(lean.stages, b.stages):
+            assert sl.terms == {} and sl.factors == {}
+            assert sl.skip_codes.tobytes() == sb.skip_codes.tobytes()
+            assert np.array(list(sl.metrics.values())).tobytes() == np.array(list(sb.metrics.values())).tobytes()
     return a
 
 
