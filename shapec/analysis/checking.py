@@ -10,22 +10,27 @@ from pathlib import Path
 from ..syntax.source import Diagnostic, ShapeError
 
 
+def _modules(files: list, diags: list[Diagnostic]):
+    """Each file's loaded module; a file that does not load adds its diagnostics instead."""
+    from ..api import _Loader
+
+    for f in files:
+        try:
+            yield f, _Loader().file(Path(f))
+        except ShapeError as err:
+            diags += err.diagnostics
+
+
 def check_files(files: list) -> list[Diagnostic]:
     """Plain `shapec check`: each file's diagnostics, plus an E7xx for a declared clause the static pass
     refutes. What it proves is not reported (--prove says how each clause is proved), and what it cannot
     decide is left to --prove, so valid files stay silent and nothing heavier than the checker loads."""
-    from ..api import _Loader
     from .clause import title
     from .codes import REFUTED_ERROR
     from .static import decide
 
     diags: list[Diagnostic] = []
-    for f in files:
-        try:
-            mod = _Loader().file(Path(f))
-        except ShapeError as err:
-            diags += err.diagnostics
-            continue
+    for _, mod in _modules(files, diags):
         for ir in mod.shapers.values():
             for e in ir.ensures:
                 got = decide(ir, e)
@@ -43,18 +48,12 @@ def cmd_prove(files: list, args) -> int:
 
         print(f"shapec: error: {MissingExtra()}", file=sys.stderr)
         return 2
-    from ..api import _Loader
     from .prove import analyse
     from .report import diagnostics, pipeline_warnings, text, to_json
 
     diags, verdicts = [], []
     folder = Path(args.counterexamples)
-    for f in files:
-        try:
-            mod = _Loader().file(Path(f))
-        except ShapeError as err:
-            diags += err.diagnostics
-            continue
+    for f, mod in _modules(files, diags):
         for ir in mod.shapers.values():
             found = analyse(ir, args.trials)
             verdicts += found
