@@ -266,3 +266,17 @@ def test_prompt_ids_that_contradict_the_group_size_in_parquet_are_named_as_in_js
         rc, _, err = run(spec, "--data", tmp_path / "in.parquet", "--out", tmp_path / "o.parquet",
                          "--group-size", size, "--chunk-rows", size)
         assert rc == 1 and err.startswith(f"shapec: error: {message} of the group size {size} (--group-size)")
+
+
+def test_dense_computed_columns_are_written_without_a_dictionary(tmp_path):
+    spec = tmp_path / "t.shape"
+    spec.write_text(SPEC)
+    table = _table(3000, {g: _band(0, 2000, 0.5) for g in range(3000)})
+    table = table.set_column(2, "length", pa.array(np.arange(6000) % 997, pa.int64()))
+    pq.write_table(table, tmp_path / "in.parquet")
+    rc, _, _ = run(spec, "--data", tmp_path / "in.parquet", "--out", tmp_path / "o.parquet")
+    assert rc == 0
+    group = pq.ParquetFile(tmp_path / "o.parquet").metadata.row_group(0)
+    encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
+    assert not any("RLE_DICTIONARY" in encodings[c] for c in ("factor.fb", "reward"))  # 997 lengths: dense
+    assert all("RLE_DICTIONARY" in encodings[c] for c in ("prompt_id", "rec.bd.a", "term.extra", "env_reward"))

@@ -63,7 +63,7 @@ class Writer:
         if isinstance(chunk.block, ArrowBlock) and self.layout == "flat":
             table = self._arrow_rows(chunk.block.table, outcome.good_rows, rewards, extra)
             if self.format == "parquet":
-                self._write_table(table)
+                self._write_table(table, {"reward": rewards, **extra})
             else:
                 self._write_dicts(table.to_pylist())
         else:
@@ -80,7 +80,7 @@ class Writer:
                 except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
                     raise ToolError(f"{self.path}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} do not "
                                     f"fit one Parquet schema ({err}); write .jsonl instead") from None
-                self._write_table(table)
+                self._write_table(table, {})
             else:
                 self._write_dicts(dicts)
         self.rows += len(outcome.good_rows)
@@ -138,12 +138,14 @@ class Writer:
             table = table.append_column(name, pa.array(values, pa.float64()))
         return table
 
-    def _write_table(self, table) -> None:
+    def _write_table(self, table, computed: dict[str, np.ndarray]) -> None:
+        """`computed`: the columns shapec wrote into the table, by name (rewards, terms, factors)."""
         import pyarrow.parquet as pq
 
         if self._pq is None:
             self._schema = table.schema
-            self._pq = pq.ParquetWriter(self._file.tmp, table.schema)
+            self._pq = pq.ParquetWriter(self._file.tmp, table.schema,
+                                        use_dictionary=_dictionary_columns(table.schema, computed))
         elif table.schema != self._schema:
             table = table.cast(self._schema)
         self._pq.write_table(table)
@@ -183,6 +185,24 @@ class Writer:
             pass  # the file is going away anyway
         finally:
             self._file.discard()
+
+
+def _dictionary_columns(schema, computed: dict[str, np.ndarray]) -> list[str] | bool:
+    """Parquet leaf columns to dictionary-encode: all (pyarrow's default) but the computed ones with
+    many distinct values in the first chunk (a shaped reward, a dense term), for which building a
+    dictionary takes time and makes the file bigger."""
+    dense = {name for name, v in computed.items() if np.unique(v).size > max(16, len(v) // 64)}
+    if not dense:
+        return True
+    import io
+
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(schema.empty_table(), buf)
+    leaves = pq.ParquetFile(buf).schema
+    paths = [leaves.column(i).path for i in range(len(leaves))]
+    return [p for p in paths if p not in dense]
 
 
 def _widen(schema, other):
