@@ -119,3 +119,13 @@ def test_explain_and_plot_run_the_interpreter_unless_numba_is_asked_for(command,
     proc = subprocess.run([sys.executable, "-c", probe, command, "nemo_rl", "--data", str(data), *extra],
                           capture_output=True, text=True, env={**env, "SHAPEC_BACKEND": "numba"}, timeout=600)
     assert "BACKEND ['interpreter'] False" in proc.stderr, proc.stderr
+
+
+def test_a_one_stage_pipeline_shares_its_shapers_kernel_module(kernels):
+    module = shapec.compile_str(SPEC + "pipeline only = halve\n", backend="numba")
+    assert emit_python(module.ir("only")) == emit_python(module.ir("halve"))
+    one = module["halve"]([1.0, 0.0], group_size=2)
+    two = module["only"]([1.0, 0.0], group_size=2)
+    assert one.rewards.tolist() == two.rewards.tolist() == [0.5, 0.0]
+    assert [p.name for p in kernels.glob("*.py")] == [build.module_path(module.ir("halve"), emit_python(module.ir("halve"))).name]
+    assert len(list(kernels.glob("shapec_aot_*.so"))) == 1  # compiled once

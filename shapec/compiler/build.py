@@ -56,7 +56,10 @@ def aot_enabled() -> bool:
 
 
 def module_path(ir: ShaperIR | PipelineIR, source: str) -> Path:
-    return cache_dir() / f"{ir.name}_{cache_key(source)[:24]}.py"
+    """Named by the first stage's shaper and the key: a one-stage pipeline generates the same module
+    as its shaper, and the two then share one file and one compile (`load("nemo_rl")` has both)."""
+    first = ir.stages[0][0].name if isinstance(ir, PipelineIR) else ir.name
+    return cache_dir() / f"{first}_{cache_key(source)[:24]}.py"
 
 
 @functools.lru_cache(maxsize=None)
