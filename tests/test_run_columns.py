@@ -48,6 +48,8 @@ def shaper():
 KEYS = {
     "strings with nulls": pa.array(["a", "a", None, "b", "b", None, None, "c", "a"]),
     "floats with NaN": pa.array([1.0, 1.0, math.nan, 1.0, 2.0, None, -0.0, 0.0]),
+    "floats with nulls": pa.array([1.0, None, 1.0, 2.0]),
+    "no nulls": pa.array(["a", "a", "b", "c", "c"]),
     "ints": pa.array([3, 3, 4, 4, 4, 3], pa.int64()),
     "dictionary": pa.array(["x", "x", "y", None, "y", "x"]).dictionary_encode(),
     "binary": pa.array([b"k", b"k", b"j", None], pa.binary()),

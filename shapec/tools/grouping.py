@@ -65,9 +65,12 @@ def key_runs(block, path: str) -> tuple[np.ndarray, np.ndarray]:
         return _python_runs(block.keys(path))
     usable = arr.is_valid()
     if pa.types.is_floating(arr.type):
-        usable = pc.and_(usable, pc.invert(pc.is_nan(arr)))
-    idx = np.flatnonzero(usable.to_numpy(zero_copy_only=False))
-    keys = arr.take(pa.array(idx, pa.int64()))
+        usable = pc.and_kleene(usable, pc.invert(pc.is_nan(arr)))  # a null is not usable (not null)
+    if usable.false_count:
+        idx = np.flatnonzero(usable.to_numpy(zero_copy_only=False))
+        keys = arr.take(pa.array(idx, pa.int64()))
+    else:  # the common case: every row has a key
+        idx, keys = np.arange(len(arr)), arr
     change = pc.not_equal(keys[1:], keys[:-1]).to_numpy(zero_copy_only=False)
     return idx.astype(np.int64), change.astype(bool)
 
