@@ -282,3 +282,13 @@ def test_dense_computed_columns_are_written_without_a_dictionary(tmp_path):
     encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}
     assert not any("RLE_DICTIONARY" in encodings[c] for c in ("factor.fb", "reward"))  # 997 lengths: dense
     assert all("RLE_DICTIONARY" in encodings[c] for c in ("prompt_id", "rec.bd.a", "term.extra", "env_reward"))
+
+
+def test_binary_values_to_jsonl_are_a_clear_error_and_leave_no_file(tmp_path):
+    data = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"prompt_id": pa.array([b"\xff", b"\xff"], pa.binary()), "reward": [1.0, 0.0],
+                             "reasoning": [10.0, 20.0], "answer": [1.0, 2.0], "low_effort": [0.0, 0.0]}), data)
+    out = tmp_path / "out.jsonl"
+    rc, _, err = run("nemo_rl", "--data", data, "--group-by", "prompt_id", "--out", out)
+    assert rc == 1 and "binary value cannot be written to JSONL" in err and "Traceback" not in err
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["in.parquet"]

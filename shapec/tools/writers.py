@@ -153,7 +153,7 @@ class Writer:
     def _write_dicts(self, rows: list[dict]) -> None:
         if self._fh is None:
             self._fh = open(self._file.tmp, "w", encoding="utf-8")
-        self._fh.write("".join(json.dumps(r) + "\n" for r in rows))
+        self._fh.write("".join(json.dumps(r, default=_no_json) + "\n" for r in rows))
 
     def commit(self) -> None:
         """Finish the file (every row rejected: an empty one) and rename it over the destination."""
@@ -292,3 +292,10 @@ class RejectsWriter:
         finally:
             self._fh = None
             self._file.discard()
+
+
+def _no_json(value):
+    """A value JSON has no form for (a Parquet binary column): refused, never written as something else."""
+    kind = "binary" if isinstance(value, (bytes, bytearray)) else type(value).__name__
+    raise ToolError(f"a {kind} value cannot be written to JSONL (JSON has no {kind} type); "
+                    "write Parquet instead (--out FILE.parquet)")
