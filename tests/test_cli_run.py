@@ -65,7 +65,8 @@ def test_jsonl_and_parquet_inputs_and_outputs_agree(tmp_path):
     outs = {}
     for name, src, dst in (("j2j", EXAMPLES / "rollouts.jsonl", "a.jsonl"), ("p2j", parquet_in, "b.jsonl"),
                            ("j2p", EXAMPLES / "rollouts.jsonl", "c.parquet"), ("p2p", parquet_in, "d.parquet")):
-        proc = cli("run", "nemo_rl", "--data", src, "--out", tmp_path / dst, "--config", config, "--chunk-rows", 20)
+        proc = cli("run", "nemo_rl", "--data", src, "--out", tmp_path / dst, "--config", config, "--chunk-rows", 20,
+                   "--breakdown")
         assert proc.returncode == 0, proc.stderr
         assert counts(proc.stdout) == (48, 48, 0)
         outs[name] = [drop_nulls(r) for r in read_rows(tmp_path / dst)]
@@ -98,7 +99,7 @@ def test_chunks_never_split_a_group(tmp_path, chunk_rows):
     rows = read_rows(EXAMPLES / "rollouts.jsonl")
     out = tmp_path / "out.jsonl"
     proc = cli("run", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--out", out, "--chunk-rows", chunk_rows,
-               "--set", "longest_total_penalty=0.25", "--set", "group_total_length_penalty_coeff=0.1")
+               "--set", "longest_total_penalty=0.25", "--set", "group_total_length_penalty_coeff=0.1", "--breakdown")
     assert proc.returncode == 0, proc.stderr
     expected = _expected_rewards(rows, {"longest_total_penalty": 0.25, "group_total_length_penalty_coeff": 0.1})
     got = np.array([r["reward"] for r in read_rows(out)])
@@ -284,3 +285,15 @@ def test_bundled_nemo_gym_rows_agree_with_the_bundled_config(tmp_path):
     assert "groups: 4 in, 4 shaped" in proc.stdout
     ids = [r["prompt_id"] for r in rows]
     assert all(len(set(ids[k:k + 8])) == 1 for k in range(0, len(ids), 8))
+
+
+def test_without_breakdown_run_writes_the_same_rewards_and_no_term_columns(tmp_path):
+    lean, full = tmp_path / "lean.jsonl", tmp_path / "full.jsonl"
+    for out, extra in ((lean, ()), (full, ("--breakdown",))):
+        proc = cli("run", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--out", out,
+                   "--set", "longest_total_penalty=0.25", *extra)
+        assert proc.returncode == 0, proc.stderr
+    lean_rows, full_rows = read_rows(lean), read_rows(full)
+    assert [r["reward"] for r in lean_rows] == [r["reward"] for r in full_rows]
+    assert not any(k.startswith(("term.", "factor.")) for r in lean_rows for k in r)
+    assert any(k.startswith("term.") for k in full_rows[0])

@@ -276,7 +276,7 @@ def test_dense_computed_columns_are_written_without_a_dictionary(tmp_path):
     table = _table(3000, {g: _band(0, 2000, 0.5) for g in range(3000)})
     table = table.set_column(2, "length", pa.array(np.arange(6000) % 997, pa.int64()))
     pq.write_table(table, tmp_path / "in.parquet")
-    rc, _, _ = run(spec, "--data", tmp_path / "in.parquet", "--out", tmp_path / "o.parquet")
+    rc, _, _ = run(spec, "--data", tmp_path / "in.parquet", "--out", tmp_path / "o.parquet", "--breakdown")
     assert rc == 0
     group = pq.ParquetFile(tmp_path / "o.parquet").metadata.row_group(0)
     encodings = {group.column(i).path_in_schema: group.column(i).encodings for i in range(group.num_columns)}

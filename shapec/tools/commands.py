@@ -56,6 +56,8 @@ def add_commands(sub) -> None:
                    help="with a group size: shape a last group with fewer rows (default: an error when the "
                         "group size does not divide the rows)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    p.add_argument("--breakdown", action="store_true",
+                   help="also write each rollout's term.NAME and factor.NAME columns (off: the kernel skips them)")
     p.add_argument("--engine", choices=("local", "ray"), default="local",
                    help="shape chunks in this process, or on Ray workers ($RAY_ADDRESS names a cluster; "
                         "default: local)")
@@ -191,7 +193,8 @@ def cmd_run(args) -> int:
             if args.engine == "ray":
                 from .ray_engine import shape_chunks as engine
             report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
-                              args.on_bad_row, progress=not args.no_progress, engine=engine)
+                              args.on_bad_row, progress=not args.no_progress, engine=engine,
+                              breakdown=args.breakdown)
     except OutputError as err:
         print(f"shapec run: {err}", file=sys.stderr)
         return 2

@@ -33,7 +33,7 @@ class _ShapeChunks:
         from . import rundata
 
         self.shape_chunk = rundata.shape_chunk
-        self.shaper, self.plan, self.layout, self.on_bad_row = pickle.loads(payload)
+        self.shaper, self.plan, self.layout, self.on_bad_row, self.breakdown = pickle.loads(payload)
 
     def __call__(self, batch):
         import numpy as np
@@ -42,7 +42,8 @@ class _ShapeChunks:
         for blob in batch["payload"]:
             chunk = pickle.loads(blob)
             try:
-                outcome = (self.shape_chunk(self.shaper, self.plan, self.layout, chunk, self.on_bad_row), None)
+                outcome = (self.shape_chunk(self.shaper, self.plan, self.layout, chunk, self.on_bad_row,
+                                            breakdown=self.breakdown), None)
             except Exception as err:  # re-raised by the driver, in chunk order, as the local engine would
                 outcome = (None, err)
             outcomes.append(pickle.dumps(outcome))
@@ -57,7 +58,7 @@ def check_stateless(shaper) -> None:
                                 f"chunks shaped in parallel cannot carry it: use --engine local")
 
 
-def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str) -> Iterator:
+def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str, breakdown: bool = True) -> Iterator:
     """(chunk, outcome) in input order, as rundata.run_file's local loop makes them."""
     try:
         import ray
@@ -66,7 +67,7 @@ def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str) -> Ite
     check_stateless(shaper)
     if not ray.is_initialized():
         ray.init(log_to_driver=False, configure_logging=False)  # RAY_ADDRESS, if set, names the cluster
-    payload = pickle.dumps((shaper, plan, layout, on_bad_row))
+    payload = pickle.dumps((shaper, plan, layout, on_bad_row, breakdown))
     while True:
         window, failure = [], None
         try:

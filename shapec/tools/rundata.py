@@ -56,7 +56,8 @@ def _groups_of(chunk: Chunk, i: int, g: int) -> list[int]:
     return [g]
 
 
-def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: bool = True) -> ChunkOutcome:
+def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: bool = True,
+                breakdown: bool = True) -> ChunkOutcome:
     inputs, metas = _needs(shaper)
     ex = layout.extract(chunk, inputs, metas)
     errors = {**ex.errors, **chunk.key_errors}  # a missing group key is the row's first problem
@@ -92,7 +93,7 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
             metadata=ex.metadata_for(None if whole else groups),
             params=plan.params(None if ex.agents is None else [ex.agents[g] for g in groups]),
             reward_components=None if ex.components is None else pick(ex.components),
-            training=training and not validate_only,
+            training=training and not validate_only, breakdown=breakdown,
         )
         return rows, result
 
@@ -229,10 +230,10 @@ def refuse_overwriting_input(data: Path, out: Path, rejects: Path) -> None:
 
 
 def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, chunk_rows: int,
-             on_bad_row: str, progress: bool = True, engine=None) -> RunReport:
+             on_bad_row: str, progress: bool = True, engine=None, breakdown: bool = True) -> RunReport:
     """Shape every group of `data` into `out`; reject bad groups into `<out stem>.rejects.jsonl`.
 
-    `engine(shaper, plan, layout, chunks, on_bad_row)` yields (chunk, outcome) in order in place of
+    `engine(shaper, plan, layout, chunks, on_bad_row, breakdown)` yields (chunk, outcome) in order in place of
     the local loop (ray_engine.shape_chunks).
 
     Both files appear only when the whole input has been shaped; on any error or interruption the
@@ -255,8 +256,8 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
         writer.start()
         rejects.start()
         chunks = iter_chunks(blocks, grouping, chunk_rows)
-        shaped = ((c, shape_chunk(shaper, plan, layout, c, on_bad_row)) for c in chunks) if engine is None \
-            else engine(shaper, plan, layout, chunks, on_bad_row)
+        shaped = ((c, shape_chunk(shaper, plan, layout, c, on_bad_row, breakdown=breakdown)) for c in chunks) \
+            if engine is None else engine(shaper, plan, layout, chunks, on_bad_row, breakdown)
         for chunk, outcome in shaped:
             writer.write(chunk, outcome)
             rejects.write(chunk, outcome.rejected, grouping.key)
