@@ -30,6 +30,10 @@ def use_compiled_checks(module) -> None:
         _FAST = module
 
 
+def compiled_checks_loaded() -> bool:
+    return _FAST is not None
+
+
 def _fast_1d(arr: np.ndarray) -> bool:
     return _FAST is not None and arr.dtype == _F64 and arr.ndim == 1 and arr.flags.c_contiguous
 
