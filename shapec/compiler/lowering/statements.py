@@ -97,8 +97,7 @@ class Statements:
         """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none)."""
         parts = []
         if step.on is not None:
-            on = self.ex(step.on, "rollout", scope)
-            parts.append(f"float(i - s) == {on}" if step.on.ty.kind == "index"
+            parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind == "index"
                          else self.truth(step.on, "rollout", scope))
         if step.when is not None:
             parts.append(self.truth(step.when, "rollout", scope))
