@@ -156,7 +156,7 @@ def kernel_call(shaper, b: dict, p: dict):
     batch = make_batch(shaper.ir, b["rewards"], group_size=b["group_size"], channels=b["channels"],
                        metadata=b["metadata"])
     params = param_arrays(shaper.ir, p, batch.groups)
-    values = [get(batch, params, {}) for get in kernel.getters]
+    values = kernel.arguments(batch, params, {})
     n, G = batch.n, batch.groups
     T, F, NG, M = kernel.sizes
     outs = (np.empty(n), np.empty((T, 0)), np.empty((F, 0)), np.empty(G, np.int64), np.empty((NG, G), np.int64),

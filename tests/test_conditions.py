@@ -3,7 +3,7 @@ three-valued helpers do, for every value a boolean can hold: 0, 1, NaN and, for 
 field that arrives as the user's number, anything else.
 
 The rewrite is checked as Python code: random boolean IR trees over leaves with random values,
-the native condition `truth()`/`falsity()` writes against `ex()`'s helper form compared with 1 or
+the native condition `truth()` writes (for 1, and with want=False for 0) against `ex()`'s helper form compared with 1 or
 0, both evaluated by Python with the helpers of numba_helpers.py as plain functions. The whole
 kernels are compared with the interpreter by tests/test_differential.py.
 """
@@ -71,7 +71,7 @@ def test_native_conditions_match_the_three_valued_helpers(tree, flag, odd, x, y)
     for name, code in low.pending.items():
         env[name] = eval(code, env)
     assert eval(low.truth(tree, "rollout", scope), env) is (three_valued == 1.0)
-    assert eval(low.falsity(tree, "rollout", scope), env) is (three_valued == 0.0)
+    assert eval(low.truth(tree, "rollout", scope, want=False), env) is (three_valued == 0.0)
 
 
 def test_clean_booleans_are_written_natively_and_others_through_the_helpers():
@@ -81,5 +81,5 @@ def test_clean_booleans_are_written_natively_and_others_through_the_helpers():
                 Type(BOOL, ROLLOUT))
     assert low.truth(both, "rollout", Scope()) == "((in_flag[i] == 1.0) and (in_x[i] > 2.0))"
     assert "k_and" in low.truth(Node("and", (flag, odd), Type(BOOL, ROLLOUT)), "rollout", Scope())
-    assert low.falsity(Node("and", (flag, odd), Type(BOOL, ROLLOUT)), "rollout", Scope()) == \
+    assert low.truth(Node("and", (flag, odd), Type(BOOL, ROLLOUT)), "rollout", Scope(), want=False) == \
         "((in_flag[i] == 0.0) or (m_odd[g] == 0.0))"

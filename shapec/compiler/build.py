@@ -311,8 +311,7 @@ class Kernel:
         self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
         inputs = [a for a in self.args if not a.source.startswith("out") and a.source != "breakdown"]
         states = tuple(s for s, _ in ir.states)
-        self.getters = [_getter(a, states) for a in inputs]
-        self._batch_getters = [(i, self.getters[i]) for i, a in enumerate(inputs) if a.source != "param"]
+        self._batch_getters = [(i, _getter(a, states)) for i, a in enumerate(inputs) if a.source != "param"]
         self._param_slots = [(i, a.key) for i, a in enumerate(inputs) if a.source == "param"]
         self._arity = len(inputs)
         self._params_seen: tuple = (None, ())  # the last params dict and its arguments (param_arrays reuses dicts)
@@ -355,7 +354,8 @@ class Kernel:
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
                 "guard the division or reduction that can be undefined")
         return StageOutput(
-            out, dict(zip(ir.terms, terms)) if breakdown else {}, dict(zip(ir.factors, factors)) if breakdown else {}, skip,
+            out, dict(zip(ir.terms, terms)) if breakdown else {},
+            dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), {m: float(v) for (m, _), v in zip(ir.metrics, metrics)},
             {s: float(v) for (s, _), v in zip(ir.states, state_out)})
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
-from .validate import BatchError, band, band_table, check_offsets, clean, finite, group_size_offsets, integers, numeric, show
+from .validate import (BatchError, band, band_table, check_offsets, clean, finite, group_size_offsets, integers,
+                       numeric, show)
 
 __all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
 

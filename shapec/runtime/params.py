@@ -113,9 +113,9 @@ def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str =
 def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict[str, np.ndarray]:
     """Scalars or per-group arrays -> float64 arrays of length G (bands: (G, 4); enums: member index).
 
-    The same scalar params on the same number of groups return the same dict (shared: neither backend writes to it), so a
-    training loop that passes one config every step pays for a dict lookup, and callers may cache
-    what they derive from it by identity."""
+    The same scalar params on the same number of groups return the same dict (shared: neither
+    backend writes to it), so a training loop that passes one config every step pays for a dict
+    lookup, and callers may cache what they derive from it by identity."""
     seen = _seen_key(ir, params, G)
     if seen is not None and seen in _UNIFORM:
         return _UNIFORM[seen]

@@ -24,7 +24,6 @@ from ..ir import Node
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
-NATIVE = {"<": "<", "<=": "<=", ">": ">", ">=": ">=", "==": "=="}
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "!=": "=="}
 LOGIC = ("and", "or", "not", "cmp", "const")
 
@@ -60,17 +59,11 @@ def _chain(node: Node) -> list[Node]:
 class Conditions:
     """The part of StageLowering (stage.py) that writes tests of boolean expressions."""
 
-    def truth(self, node: Node, ctx: str, scope: Scope) -> str:
-        """A Python bool expression, true exactly when `ex(node) == 1.0`."""
+    def truth(self, node: Node, ctx: str, scope: Scope, want: bool = True) -> str:
+        """A Python bool expression, true exactly when `ex(node) == 1.0` (with want=False: `== 0.0`)."""
         if _height(node, MAX_HEIGHT) > MAX_HEIGHT:
-            return f"({self.ex(node, ctx, scope)} == 1.0)"
-        return self._test(node, True, ctx, scope)
-
-    def falsity(self, node: Node, ctx: str, scope: Scope) -> str:
-        """A Python bool expression, true exactly when `ex(node) == 0.0`."""
-        if _height(node, MAX_HEIGHT) > MAX_HEIGHT:
-            return f"({self.ex(node, ctx, scope)} == 0.0)"
-        return self._test(node, False, ctx, scope)
+            return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
+        return self._test(node, want, ctx, scope)
 
     def _test(self, node: Node, want: bool, ctx: str, scope: Scope) -> str:
         op = node.op

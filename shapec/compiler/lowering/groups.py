@@ -89,8 +89,8 @@ class Groups:
         head("):")
         with head.indented():
             head(self.namer.string(
-                f"Fills out (n), terms ({len(ir.terms)}, n) and factors ({len(ir.factors)}, n) when keep, skip (G), gates "
-                f"({len(ir.gate_reasons)}, G) and metrics ({len(ir.metrics)}); returns the new state and the "
+                f"Fills out (n), terms ({len(ir.terms)}, n) and factors ({len(ir.factors)}, n) when keep, "
+                f"skip (G), gates ({len(ir.gate_reasons)}, G) and metrics ({len(ir.metrics)}); returns the new state and the "
                 "first non-finite reward (rollout, group) or -1."))
             head("n = rewards.shape[0]")
             head("G = offsets.shape[0] - 1")
