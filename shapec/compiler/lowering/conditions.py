@@ -24,6 +24,9 @@ from ..ir import Node
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
+# False writes every condition through ex() (fully three-valued): tests/test_definedness.py compares
+# whole kernels lowered both ways
+TWO_VALUED = True
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "!=": "=="}
 LOGIC = ("and", "or", "not", "cmp", "const")
 
@@ -61,7 +64,7 @@ class Conditions:
 
     def truth(self, node: Node, ctx: str, scope: Scope, want: bool = True) -> str:
         """A Python bool expression, true exactly when `ex(node) == 1.0` (with want=False: `== 0.0`)."""
-        if _height(node, MAX_HEIGHT) > MAX_HEIGHT:
+        if not TWO_VALUED or _height(node, MAX_HEIGHT) > MAX_HEIGHT:
             return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
         return self._test(node, want, ctx, scope)
 
