@@ -311,8 +311,8 @@ class Kernel:
         self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
         inputs = [a for a in self.args if not a.source.startswith("out") and a.source != "breakdown"]
         states = tuple(s for s, _ in ir.states)
-        self._batch_getters = [(i, _getter(a, states)) for i, a in enumerate(inputs) if a.source != "param"]
-        self._param_slots = [(i, a.key) for i, a in enumerate(inputs) if a.source == "param"]
+        self._batch_getters = [(i, _getter(a, states)) for i, a in enumerate(inputs) if a.source != "params"]
+        self._param_slots = [(i, a.key) for i, a in enumerate(inputs) if a.source == "params"]
         self._arity = len(inputs)
         self._params_seen: tuple = (None, ())  # the last params dict and its arguments (param_arrays reuses dicts)
 
@@ -320,7 +320,8 @@ class Kernel:
         """The kernel's input arguments; a params dict seen on the last call reuses its arrays."""
         seen, prepared = self._params_seen
         if seen is not params:
-            prepared = [(i, _f64(params[key])) for i, key in self._param_slots]
+            prepared = [(i, np.ascontiguousarray(np.stack([params[k] for k in keys]), dtype=np.float64))
+                        for i, keys in self._param_slots]
             self._params_seen = (params, prepared)
         values = [None] * self._arity
         for i, get in self._batch_getters:
@@ -375,7 +376,6 @@ def _getter(a: Arg, states: tuple[str, ...]):
         "band": lambda b, p, s: _f64(b.bands[key]),
         "list_offsets": lambda b, p, s: _i64(b.lists[key][0]),
         "list_field": lambda b, p, s: _f64(b.lists[key[0]][1][key[1]]),
-        "param": lambda b, p, s: _f64(p[key]),
         "state": lambda b, p, s: np.array([float(s[name]) for name in states], dtype=np.float64),
     }[a.source]
 

@@ -50,11 +50,16 @@ class Arguments:
             for fld, _ in spec[lst].fields:
                 self.list_fields[f"{lst}.{fld}"] = new("lf", f"{lst}_{fld}")
                 a.append(Arg(self.list_fields[f"{lst}.{fld}"], "list_field", (lst, fld)))
-        self.param_names = {}
-        for ps in ir.params:
-            self.param_names[ps.name] = new("p", ps.name)
-            a.append(Arg(self.param_names[ps.name], "param", ps.name,
-                         "nt.float64[:, ::1]" if ps.kind == "band" else "nt.float64[::1]"))
+        # params packed: one (P, G) matrix of the scalar ones, one (B, G, 4) array of the bands (two
+        # arguments to unbox per call, not one per param; the caller stacks them once per params dict)
+        scalars = tuple(ps.name for ps in ir.params if ps.kind != "band")
+        bands_p = tuple(ps.name for ps in ir.params if ps.kind == "band")
+        self.param_rows = {name: k for k, name in enumerate(scalars)}
+        self.param_band_rows = {name: k for k, name in enumerate(bands_p)}
+        if scalars:
+            a.append(Arg("params", "params", scalars, "nt.float64[:, ::1]"))
+        if bands_p:
+            a.append(Arg("param_bands", "params", bands_p, "nt.float64[:, :, ::1]"))
         self.state_names = {name: new("st", name) for name, _ in ir.states}
         a.append(Arg("state_in", "state"))
         a.append(Arg("keep", "breakdown", numba_type="nt.boolean"))  # store terms and factors
@@ -115,17 +120,22 @@ class Arguments:
         return self.keys[id(node)]
 
     def storage(self, node: Node, name: str) -> str:
-        """Where a let/gate value lives: per rollout values only metrics read stay in group scratch."""
+        """Where a let/gate value lives: a per-rollout value in group scratch unless a metric reads
+        it (then a row of the batch); a per-group value in a local of the group loop, reset to
+        missing at each group, unless a metric reads it after the loop (then an array of G)."""
         ty = node.ty
         if ty.items:
             return f"item:{ty.items}"
         if ty.level == ROLLOUT:
             return "rollout" if name in self.metric_vars else "local"
         if ty.level in (PARAM, GROUP):
-            return "group"
+            return "group" if name in self.metric_vars else "group_local"
         return "scalar"
 
     def alloc(self, storage: str, name: str) -> None:
+        if storage == "group_local":
+            self.group_locals.append(name)
+            return
         size = {"rollout": "n", "group": "G", "local": "width"}.get(storage)
         if size is None and storage.startswith("item:"):
             size = self.list_sizes[storage[5:]]

@@ -62,7 +62,7 @@ class Arg:
     """One kernel argument: its name in the kernel, where it comes from, and its numba type."""
 
     name: str
-    source: str  # rewards env_rewards offsets components use_components nthreads input meta band list_offsets list_field param state
+    source: str  # rewards env_rewards offsets components use_components nthreads input meta band list_offsets list_field params (key: the names packed) state
     key: object = None
     numba_type: str = "nt.float64[::1]"
 

@@ -61,6 +61,9 @@ class Expressions:
         if storage == "group":
             self.need_g(ctx)
             return f"{name}[g]"
+        if storage == "group_local":
+            self.need_g(ctx)
+            return name
         if storage.startswith("term:") or storage.startswith("factor:"):
             kind, k = storage.split(":")
             return self.slot(kind, int(k))
@@ -94,7 +97,8 @@ class Expressions:
         if op == "ref":
             ns, name = node.attr
             if ns == "param":
-                return self.read("group", self.param_names[name], ctx)
+                self.need_g(ctx)
+                return f"params[{self.param_rows[name]}, g]"
             if ns == "input":
                 return f"{self.input_names[name]}[i]"
             if ns == "var":

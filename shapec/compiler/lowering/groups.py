@@ -210,6 +210,7 @@ class Groups:
         with o.indented():
             o("s = offsets[g]")
             o("e = offsets[g + 1]")
+            mark, depth = len(o.lines), o.depth
             scope = Scope()
             if self.ir.channels and not self.global_channels:
                 o(self.note("channels"))
@@ -225,4 +226,6 @@ class Groups:
                 o(self.note(self.label(step)))
                 getattr(self, f"step_{step.kind}")(step, scope)
             self.finish_group(scope)
+            # each group starts with its lets and gates missing, as a fresh array slot would be
+            o.lines[mark:mark] = ["    " * depth + f"{name} = nan" for name in self.group_locals]
 

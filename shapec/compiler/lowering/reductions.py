@@ -54,9 +54,11 @@ class Hoisting:
         names = tuple(self.fresh("band") for _ in "abfp")
         if node.op == "bandref":
             ns, name = node.attr
-            src = self.param_names[name] if ns == "param" else self.band_names[name]
             self.need_g(ctx)
-            parts = [f"{src}[g, {c}]" for c in range(4)]
+            if ns == "param":
+                parts = [f"param_bands[{self.param_band_rows[name]}, g, {c}]" for c in range(4)]
+            else:
+                parts = [f"{self.band_names[name]}[g, {c}]" for c in range(4)]
         elif node.op == "bandlit":
             parts = [self.ex(x, ctx, scope) for x in node.args] + ["1.0"]
         elif node.op == "bandfallback":

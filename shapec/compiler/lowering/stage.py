@@ -31,4 +31,5 @@ class StageLowering(Arguments, Expressions, Conditions, Hoisting, Statements, Gr
         self.args: list[Arg] = []
         self.arrays: list[str] = []  # allocation lines for per-variable arrays of the whole batch
         self.chunk_arrays: list[str] = []  # ... and for group-sized scratch, one per chunk of groups
+        self.group_locals: list[str] = []  # per-group lets and gates held in locals of the group loop
         self.plan_args()

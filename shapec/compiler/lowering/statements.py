@@ -111,8 +111,8 @@ class Statements:
         self.vars[step.name] = storage
         self.alloc(storage, self.var(step.name))
         self.hoist(step.expr, scope, "group")
-        if storage == "group":
-            o(f"{self.var(step.name)}[g] = {self.ex(step.expr, 'group', scope)}")
+        if storage in ("group", "group_local"):
+            o(f"{self.read(storage, self.var(step.name), 'group')} = {self.ex(step.expr, 'group', scope)}")
         elif storage in ("rollout", "local"):
             o("for i in range(s, e):")
             with o.indented():
@@ -131,20 +131,21 @@ class Statements:
 
     def step_gaterules(self, step: Step, scope: Scope) -> None:
         o = self.out
-        self.vars[step.name] = "group"
-        self.alloc("group", self.var(step.name))
+        storage = self.vars[step.name] = "group" if step.name in self.metric_vars else "group_local"
+        self.alloc(storage, self.var(step.name))
+        target = self.read(storage, self.var(step.name), "group")
         reasons = self.ir.gate_reasons[step.name]
         for _, _, when in step.rules:
             if when is not None:
                 self.hoist(when, scope, "group")
         o("decided = False")
-        o(f"{self.var(step.name)}[g] = 0.0")
+        o(f"{target} = 0.0")
         o(f"gcode = {reasons.index('closed')}")
         for verdict, reason, when in step.rules:
             cond = "True" if when is None else self.truth(when, "group", scope)
             o(f"if not decided and {cond}:  " + self.note(f"{verdict}: reason {reasons.index(reason)}"))
             with o.indented():
-                o(f"{self.var(step.name)}[g] = {1.0 if verdict == 'open' else 0.0}")
+                o(f"{target} = {1.0 if verdict == 'open' else 0.0}")
                 o(f"gcode = {reasons.index(reason)}")
                 o("decided = True")
         o(f"gates[{self.gate_index[step.name]}, g] = gcode")
