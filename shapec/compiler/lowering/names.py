@@ -13,7 +13,7 @@ import re
 
 # kind -> what it names; a mangled name is the kind, its index in the module, then `_<suffix>`
 KINDS = {
-    "in": "a rollout input", "v": "a let, gate or channel", "st": "a state", "p": "a param",
+    "in": "a rollout input", "v": "a let, gate or channel", "st": "a state",
     "m": "a scalar metadata field", "bd": "a metadata band", "lo": "a metadata list's offsets",
     "ni": "a metadata list's item count", "lf": "a metadata list's field", "s": "a shaper (stage)",
     "r": "a reduction", "b": "a batch reduction", "band": "a band's parts", "guard": "a statement's guard",

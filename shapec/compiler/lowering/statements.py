@@ -225,15 +225,18 @@ class Statements:
         self.has_terms = True
 
     def slot(self, kind: str, k: int) -> str:
-        """Where a term's or factor's value lives while its group is shaped: a scratch row of the
-        group (in cache), or the output itself when a metric reads it after the group loop."""
+        """Where a term's or factor's value lives while its group is shaped: the output itself
+        when a metric reads it after the group loop; a scratch row of the group (in cache) when a
+        later statement reads it; else a local of the rollout loop that computes it."""
         if self.breakdown_always:
             return f"{kind}s[{k}, i]"
         names = self.term_slots if kind == "term" else self.factor_slots
+        stored = (self.ir.terms if kind == "term" else self.ir.factors)[k] in self.read_vars
         if k not in names:
             names[k] = self.fresh("tv" if kind == "term" else "fv")
-            self.alloc("local", names[k])
-        return f"{names[k]}[i - s]"
+            if stored:
+                self.alloc("local", names[k])
+        return f"{names[k]}[i - s]" if stored else names[k]
 
     def publish(self, kind: str, k: int) -> None:
         """Store the value into the breakdown output, when the caller asked for one (`keep`)."""
