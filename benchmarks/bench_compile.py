@@ -12,6 +12,11 @@ pipeline of the module, so that each one's kernels are loaded:
   extension (SHAPEC_AOT=1, the default: numba.pycc) and once with numba's JIT cache (SHAPEC_AOT=0);
 - warm: the same command again on the folder its cold run filled (median of --warm-runs).
 
+Then the counter-example for the compile target: the hand-written numba kernel of bench_limit
+(benchmarks/hand_nemo_rl.py: the eight NeMo-RL algorithms, bit-identical to `length_penalty`)
+compiled cold in a fresh process and an empty NUMBA_CACHE_DIR, with the same numba, on the same
+machine, beside `nemo_rl`'s cold JIT load: the compile time of the same work written by hand.
+
 Then path independence, on both paths: a copy of nemo_rl.shape compiled as `nemo_rl.shape` from its
 own folder, then by its absolute path from another folder, sharing one cache folder. The second load
 must be warm: it must add or rewrite no file in the folder (a compile writes the module, the
@@ -162,6 +167,28 @@ def path_independence(path: str, aot: str) -> tuple[float, float, list[str]]:
         return relative.seconds, absolute.seconds, problems
 
 
+HAND_CODE = """
+import sys; sys.path.insert(0, "benchmarks")
+import numpy as np, bench_limit as bl, hand_nemo_rl as hand, shapec
+from shapec.runtime.params import validate_params
+ir = shapec.load("nemo_rl", backend="interpreter").length_penalty.ir
+b = bl.random_batch(np.random.default_rng(1), 4, 4)
+pv, gb = hand.param_vector(validate_params(ir, dict(bl.ALL_ON)))
+bl.run_hand(bl.hand_args(b), pv, gb, True)
+"""
+
+
+def hand_kernel_cold(repeat: int) -> tuple[list[float], tuple[float, float]]:
+    """Seconds of whole processes compiling the hand kernel in an empty numba cache, and the load."""
+    LOADS.clear()
+    times = []
+    for _ in range(max(repeat, 2)):
+        with tempfile.TemporaryDirectory(prefix="bench-compile-hand-") as tmp:
+            env = {**child_env(Path(tmp) / "shapec", "1"), "NUMBA_CACHE_DIR": str(Path(tmp) / "numba")}
+            times.append(run(HAND_CODE, env).seconds)
+    return times, (min(LOADS), max(LOADS))
+
+
 def baseline(code: str) -> float:
     """Median of three processes running code (interpreter start and imports only)."""
     with tempfile.TemporaryDirectory(prefix="bench-compile-base-") as tmp:
@@ -216,6 +243,11 @@ def main() -> None:
     print()
     print_table(rows)
     print()
+    if "nemo_rl" in modules:
+        hand, load = hand_kernel_cold(args.repeat)
+        ours = min(next(r for r in rows if r.module == "nemo_rl").cold["JIT"])
+        print(f"hand-written kernel (benchmarks/hand_nemo_rl.py), cold numba compile: {seconds(hand)} s "
+              f"(load {load[0]:.2f}-{load[1]:.2f}); nemo_rl cold JIT {ours:.2f} s = {ours / min(hand):.2f}x of it")
     problems = []
     for path, aot in ({} if args.no_paths else PATHS).items():
         LOADS.clear()
