@@ -22,7 +22,7 @@ class _Loader:
     def file(self, path: Path) -> CheckedModule:
         """A spec the caller named: its imports stay inside its folder's tree."""
         path = Path(path)
-        return self.source(path.read_text(), str(path), path.parent)
+        return self.source(path.read_text(encoding="utf-8"), str(path), path.parent)
 
     def source(self, text: str, filename: str, folder: Path) -> CheckedModule:
         root = folder.absolute().resolve()
@@ -182,7 +182,7 @@ def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
 def _rebuild(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False):
     """Unpickle a compiled shaper: recompile from its source (the kernel cache makes this cheap)."""
     path = Path(filename)
-    mod = compile_file(path, backend, parallel) if path.is_file() and path.read_text() == source else compile_str(
+    mod = compile_file(path, backend, parallel) if path.is_file() and path.read_text(encoding="utf-8") == source else compile_str(
         source, filename, backend, parallel)
     shaper = mod[name]
     shaper.load_state_dict(state)

@@ -87,3 +87,19 @@ def test_issue_inputs_give_coded_diagnostics_not_tracebacks(tmp_path):
     for name, (_, code, _) in ISSUE_18.items():
         assert (f"{name}:2:" in text.stderr and f"error[{code}]" in text.stderr) == (code is not None)
     assert "unterminated string: a string ends on the line it starts (write a line break as \\n)" in text.stderr
+
+
+def test_specs_are_utf8_whatever_the_locale(tmp_path):
+    """A spec is read as UTF-8 even where the locale says ASCII (a C locale with coercion off): a
+    comment in another script neither makes the file unreadable nor changes under fmt."""
+    import os
+
+    spec = tmp_path / "cafe.shape"
+    text = GOOD.replace("{\n", "{\n  # café, 長さ — a note\n", 1)
+    spec.write_bytes(text.encode("utf-8"))
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    for args in (("check", spec), ("fmt", "--check", spec), ("fmt", spec)):
+        proc = subprocess.run([sys.executable, "-m", "shapec.cli", *map(str, args)], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert proc.returncode == 0, (args, proc.stderr)
+    assert spec.read_bytes() == text.encode("utf-8")

@@ -98,7 +98,7 @@ def _ensure_file(path: Path, body: str) -> None:
     """Write the module unless an intact copy is there; a stale or corrupt file is replaced."""
     expected = _header(body) + body
     try:
-        if path.read_text() == expected:
+        if path.read_text(encoding="utf-8") == expected:
             return
     except (OSError, UnicodeDecodeError):
         pass

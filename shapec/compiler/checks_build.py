@@ -29,7 +29,7 @@ FASTCHECK = Path(__file__).resolve().parents[1] / "runtime" / "fastcheck.py"  # 
 
 
 def checks_path() -> Path:
-    parts = (FASTCHECK.read_text(), repr(sorted(EXPORTS.items())), build.numba_version(), sys.version)
+    parts = (FASTCHECK.read_text(encoding="utf-8"), repr(sorted(EXPORTS.items())), build.numba_version(), sys.version)
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     return cache_dir() / f"shapec_checks_{digest}_{build.host_fingerprint()}{suffix}"

@@ -40,7 +40,7 @@ def string_literal(value: str) -> str:
 @lru_cache(maxsize=1)
 def _keywords() -> frozenset[str]:
     """The grammar's keywords: a metric named like one is printed quoted."""
-    grammar = (Path(__file__).resolve().parent.parent / "grammar" / "shape.lark").read_text()
+    grammar = (Path(__file__).resolve().parent.parent / "grammar" / "shape.lark").read_text(encoding="utf-8")
     return frozenset(re.findall(r'"([A-Za-z_][A-Za-z0-9_]*)"', grammar))
 
 

@@ -102,7 +102,7 @@ def shape_files(paths: list[str]) -> list[Path]:
             raise UsageError(f"{p}: no such file or directory")
     for f in files:
         try:
-            f.read_text()
+            f.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise UsageError(f"{f}: cannot read ({err})") from None
     return files

@@ -130,7 +130,7 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
     import yaml
 
     try:
-        data = yaml.load(path.read_text(), Loader=_unique_key_loader())
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())
     except OSError as err:
         raise ToolError(f"{path}: cannot read config ({err.strerror})") from None
     except yaml.YAMLError as err:

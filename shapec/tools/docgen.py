@@ -104,7 +104,7 @@ def stdlib_page() -> str:
              "executed by the test suite.\n"]
     for path in sorted(STDLIB.glob("*.shape")):
         module = compile_file(path, backend="interpreter")
-        tree = parse(path.read_text(), str(path))
+        tree = parse(path.read_text(encoding="utf-8"), str(path))
         shapers = {it.name: it for it in tree.items if isinstance(it, A.Shaper)}
         lines.append(f"## `{path.stem}`\n")
         if module.doc:

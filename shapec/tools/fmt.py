@@ -22,7 +22,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
     status = 0
     changed = 0
     for path in files:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         try:
             new = format_source(text, str(path))
         except ShapeError as error:
