@@ -10,11 +10,22 @@ from ..ir import Node
 from .emitter import Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import ShapecInternalError
+from .schedule import fuse_block
 
 ROLLOUT_VALUED = ("minmax", "centered")
 SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
 MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}}  # helper -> arrays it fills
 REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER_FUNCTIONS if f.startswith(("red_", "srt_")))))
+
+
+# batch reductions written as running values: (initial value, the update for one selected x)
+STREAMED = {
+    "sum": ("0.0", "{acc} += {x}"),
+    "mean": ("0.0", "{acc} += {x}"),
+    "count": ("0.0", "{acc} = {acc} + 1.0 if {x} == 1.0 else {acc}"),
+    "any": ("0.0", "{acc} = 1.0 if {x} == 1.0 else {acc}"),
+    "all": ("1.0", "{acc} = 0.0 if {x} != 1.0 else {acc}"),
+}
 
 
 def _reduction(op: str) -> str:
@@ -170,23 +181,77 @@ class Hoisting:
             scope.names[self.key(node)] = name
 
     def emit_breduce(self, node: Node, scope: Scope) -> None:
+        """A batch reduction: one loop over every group's selected rollouts. sum, mean, count, any
+        and all accumulate as they go, in the order red_<op> would read its buffer, so the result
+        is the helper's to the bit; the others fill the batch buffer and call the helper."""
         o = self.out
-        arg, mask = node.args
-        name = self.fresh("b")
         o(self.note(f"batch.{_reduction(node.attr)}"))
-        o("kb = 0")
+        plan = self._breduce_start(node)
         o("for g in range(G):")
         with o.indented():
             o("s = offsets[g]")
             o("e = offsets[g + 1]")
-            inner = Scope(self.metric_names) if self.in_metrics else Scope()
-            self.hoist(arg, inner, "group")
-            self.hoist(mask, inner, "group")
-            o("for i in range(s, e):")
+            self._breduce_group(node, plan)
+        self._breduce_finish(node, plan, scope)
+
+    def emit_streamed_breduces(self, nodes: list[Node], scope: Scope) -> None:
+        """Several running batch reductions in one loop over the groups, their rollout loops fused
+        where the scheduler allows: each keeps its own accumulators, so each adds in its own order."""
+        o = self.out
+        o(self.note("batch reductions, one pass"))
+        plans = [self._breduce_start(n) for n in nodes]
+        o("for g in range(G):")
+        with o.indented():
+            o("s = offsets[g]")
+            o("e = offsets[g + 1]")
+            mark = len(o.lines)
+            for node, plan in zip(nodes, plans):
+                self._breduce_group(node, plan)
+            o.lines[mark:] = fuse_block(o.lines[mark:], o.depth, MUTATING_HELPERS)
+        for node, plan in zip(nodes, plans):
+            self._breduce_finish(node, plan, scope)
+
+    def _breduce_start(self, node: Node) -> tuple:
+        """(result, count, missing flag or None, selected value, running update or None), the
+        running ones initialised; every name is the reduction's own, so loops can fuse."""
+        o = self.out
+        stream = STREAMED.get(node.attr)
+        name = self.fresh("b")
+        if stream is None:
+            o("kb = 0")
+            return name, "kb", None, None, None
+        count, value = self.fresh("b"), self.fresh("b")
+        o(f"{count} = 0")
+        o(f"{name} = {stream[0]}")
+        missing = self.fresh("b") if node.attr == "mean" else None
+        if missing:
+            o(f"{missing} = 0.0  " + self.note("1.0 once a selected value is missing"))
+        return name, count, missing, value, stream[1].format(acc=name, x=value)
+
+    def _breduce_group(self, node: Node, plan: tuple) -> None:
+        o = self.out
+        arg, mask = node.args
+        name, count, missing, value, update = plan
+        inner = Scope(self.metric_names) if self.in_metrics else Scope()
+        self.hoist(arg, inner, "group")
+        self.hoist(mask, inner, "group")
+        o("for i in range(s, e):")
+        with o.indented():
+            o(f"if {self.truth(mask, 'rollout', inner)}:")
             with o.indented():
-                o(f"if {self.truth(mask, 'rollout', inner)}:")
-                with o.indented():
+                if update is None:
                     o(f"bbuf[kb] = {self.ex(arg, 'rollout', inner)}")
-                    o("kb += 1")
-        o(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
+                else:
+                    o(f"{value} = {self.ex(arg, 'rollout', inner)}")
+                    o(update)
+                    if missing:
+                        o(f"{missing} = 1.0 if isnan({value}) else {missing}")
+                o(f"{count} += 1")
+
+    def _breduce_finish(self, node: Node, plan: tuple, scope: Scope) -> None:
+        name, count, missing, _, update = plan
+        if update is None:
+            self.out(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
+        elif missing:  # red_mean: missing for an empty or unusable selection, else the sum over the count
+            self.out(f"{name} = nan if {count} == 0 or {missing} == 1.0 else {name} / {count}")
         scope.names[self.key(node)] = name

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..ir import CONST, GROUP, PARAM, Node, Step
 from .emitter import Scope, walk
+from .reductions import STREAMED
 
 
 class Statements:
@@ -346,6 +347,14 @@ class Statements:
         o = self.out
         self.in_metrics = True
         self.metric_names = {k: v for k, v in self.stored.items() if v}
+        streamed: dict[int, Node] = {}  # the metrics' running batch reductions, one pass for all
+        for _, metric in self.ir.metrics:
+            for n in walk(metric):
+                if (n.op == "breduce" and n.attr in STREAMED and self.key(n) not in batch.names
+                        and not any(c.op == "breduce" for a in n.args for c in walk(a))):
+                    streamed.setdefault(self.key(n), n)
+        if len(streamed) > 1:
+            self.emit_streamed_breduces(list(streamed.values()), batch)
         for k, (name, node) in enumerate(self.ir.metrics):
             o(self.note(f"metric {k}"))
             self.hoist(node, batch, "batch")
