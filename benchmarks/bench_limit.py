@@ -16,7 +16,10 @@ at 512 x 16 and at 200,000 rollouts, and the per-call time on one group of 4. If
 module is importable (nemo_rl.utils.length_penalty; it is not part of this repository), its ratio
 is printed too.
 
-Run: python benchmarks/bench_limit.py [--check 300] [--repeat 30]
+With --families, it then times the kernel alone against the hand kernel at 512 x 16 with one
+algorithm family on at a time (and none, and all): where the gap is.
+
+Run: python benchmarks/bench_limit.py [--check 300] [--repeat 30] [--families]
 """
 
 from __future__ import annotations
@@ -42,6 +45,37 @@ ALL_ON = {"reasoning_bonus": 0.05, "answer_bonus": 0.05, "total_bonus": 0.05, "l
           "total_zmad_penalty": 0.05, "profiled_length_penalty": 0.1, "profiled_length_min_samples": 2,
           "pass_rate_length_penalty_weight": 0.1, "profile_band_total": True, "profile_band_reasoning": True,
           "profile_band_answer": True, "group_length_penalty_profile_gate": True}
+
+
+FAMILIES = {  # the params each NeMo-RL algorithm family turns on (from ALL_ON)
+    "nothing": (),
+    "shortest bonuses": ("reasoning_bonus", "answer_bonus", "total_bonus"),
+    "longest penalties": ("longest_reasoning_penalty", "longest_answer_penalty", "longest_total_penalty"),
+    "group-relative scaling": ("group_reasoning_length_penalty_coeff", "group_answer_length_penalty_coeff",
+                               "group_total_length_penalty_coeff", "group_length_penalty_profile_gate"),
+    "zMAD": ("reasoning_zmad_threshold", "reasoning_zmad_penalty", "answer_zmad_threshold", "answer_zmad_penalty",
+             "total_zmad_threshold", "total_zmad_penalty"),
+    "profiled threshold": ("profiled_length_penalty", "profiled_length_min_samples"),
+    "profile bands": ("profile_band_total", "profile_band_reasoning", "profile_band_answer"),
+    "pass-rate penalty": ("pass_rate_length_penalty_weight",),
+    "all": tuple(ALL_ON),
+}
+
+
+def families(shaper, repeat: int) -> None:
+    """The kernel alone against the hand kernel (no breakdown), one algorithm family on at a time."""
+    b = random_batch(np.random.default_rng(7), 512, 16)
+    ha = hand_args(b)
+    print("512 x 16, kernel alone / hand kernel, one algorithm family on:")
+    for name, keys in FAMILIES.items():
+        p = {k: ALL_ON[k] for k in keys}
+        pv, gb = hand.param_vector(validate_params(shaper.ir, p))
+        fns = {"hand": lambda: run_hand(ha, pv, gb, False), "kernel": kernel_call(shaper, b, p)}
+        for fn in fns.values():
+            fn()
+        t = interleaved(fns, repeat, 20)
+        print(f"  {name:24} hand {t['hand'] * 1e6:8.1f} us | kernel {t['kernel'] * 1e6:8.1f} us | "
+              f"{t['kernel'] / t['hand']:5.2f}x")
 
 
 def random_params(rng: np.random.Generator) -> dict:
@@ -189,6 +223,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", type=int, default=300, help="random batches checked before timing")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--families", action="store_true", help="also time the kernel per algorithm family")
     args = ap.parse_args()
     shaper = shapec.load("nemo_rl", backend="numba").length_penalty
     check(shaper, args.check)
@@ -217,6 +252,8 @@ def main() -> None:
               f"hand+breakdown {t['hand+breakdown'] / t['hand']:5.2f}x | kernel {t['kernel'] / t['hand']:5.2f}x | "
               f"call {t['call'] / t['hand']:5.2f}x ({t['call'] * 1e6:.1f} us) | "
               f"call+breakdown {t['call+breakdown'] / t['hand+breakdown']:5.2f}x of hand+breakdown")
+    if args.families:
+        families(shaper, args.repeat)
     if nemo_rl_reference() is None:
         print("NeMo-RL's nemo_rl.utils.length_penalty is not installed here: no ratio to its pure-Python function")
 
