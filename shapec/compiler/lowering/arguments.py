@@ -122,15 +122,20 @@ class Arguments:
     def storage(self, node: Node, name: str) -> str:
         """Where a let/gate value lives: a per-rollout value in group scratch unless a metric reads
         it (then a row of the batch); a per-group value in a local of the group loop, reset to
-        missing at each group, unless a metric reads it after the loop (then an array of G)."""
+        missing at each group, unless a metric reads it after the loop (group_storage)."""
         ty = node.ty
         if ty.items:
             return f"item:{ty.items}"
         if ty.level == ROLLOUT:
             return "rollout" if name in self.metric_vars else "local"
         if ty.level in (PARAM, GROUP):
-            return "group" if name in self.metric_vars else "group_local"
+            return self.group_storage(name)
         return "scalar"
+
+    def group_storage(self, name: str) -> str:
+        """A per-group value (a let, gate or gate-rule block): a local of the group loop, or an
+        array of G when a metric reads it after the loop."""
+        return "group" if name in self.metric_vars else "group_local"
 
     def alloc(self, storage: str, name: str) -> None:
         if storage == "group_local":

@@ -181,24 +181,18 @@ class Hoisting:
             scope.names[self.key(node)] = name
 
     def emit_breduce(self, node: Node, scope: Scope) -> None:
-        """A batch reduction: one loop over every group's selected rollouts. sum, mean, count, any
-        and all accumulate as they go, in the order red_<op> would read its buffer, so the result
-        is the helper's to the bit; the others fill the batch buffer and call the helper."""
-        o = self.out
-        o(self.note(f"batch.{_reduction(node.attr)}"))
-        plan = self._breduce_start(node)
-        o("for g in range(G):")
-        with o.indented():
-            o("s = offsets[g]")
-            o("e = offsets[g + 1]")
-            self._breduce_group(node, plan)
-        self._breduce_finish(node, plan, scope)
+        self.emit_breduces([node], scope)
 
-    def emit_streamed_breduces(self, nodes: list[Node], scope: Scope) -> None:
-        """Several running batch reductions in one loop over the groups, their rollout loops fused
-        where the scheduler allows: each keeps its own accumulators, so each adds in its own order."""
+    def emit_breduces(self, nodes: list[Node], scope: Scope) -> None:
+        """Batch reductions in one loop over every group's selected rollouts. sum, mean, count, any
+        and all accumulate as they go, in the order red_<op> would read its buffer, so the result
+        is the helper's to the bit; the others fill the batch buffer and call the helper. Several
+        (running ones only: they share no buffer) have their rollout loops fused where the
+        scheduler allows; each keeps its own accumulators, so each adds in its own order."""
+        if len(nodes) > 1 and any(n.attr not in STREAMED for n in nodes):
+            raise ShapecInternalError("lowering: batch reductions sharing the batch buffer in one loop")
         o = self.out
-        o(self.note("batch reductions, one pass"))
+        o(self.note(", ".join(f"batch.{_reduction(n.attr)}" for n in nodes)))
         plans = [self._breduce_start(n) for n in nodes]
         o("for g in range(G):")
         with o.indented():
@@ -207,7 +201,8 @@ class Hoisting:
             mark = len(o.lines)
             for node, plan in zip(nodes, plans):
                 self._breduce_group(node, plan)
-            o.lines[mark:] = fuse_block(o.lines[mark:], o.depth, MUTATING_HELPERS)
+            if len(nodes) > 1:
+                o.lines[mark:] = fuse_block(o.lines[mark:], o.depth, MUTATING_HELPERS)
         for node, plan in zip(nodes, plans):
             self._breduce_finish(node, plan, scope)
 

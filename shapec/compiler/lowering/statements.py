@@ -132,7 +132,7 @@ class Statements:
 
     def step_gaterules(self, step: Step, scope: Scope) -> None:
         o = self.out
-        storage = self.vars[step.name] = "group" if step.name in self.metric_vars else "group_local"
+        storage = self.vars[step.name] = self.group_storage(step.name)
         self.alloc(storage, self.var(step.name))
         target = self.read(storage, self.var(step.name), "group")
         reasons = self.ir.gate_reasons[step.name]
@@ -354,7 +354,7 @@ class Statements:
                         and not any(c.op == "breduce" for a in n.args for c in walk(a))):
                     streamed.setdefault(self.key(n), n)
         if len(streamed) > 1:
-            self.emit_streamed_breduces(list(streamed.values()), batch)
+            self.emit_breduces(list(streamed.values()), batch)
         for k, (name, node) in enumerate(self.ir.metrics):
             o(self.note(f"metric {k}"))
             self.hoist(node, batch, "batch")
