@@ -6,6 +6,8 @@ read the same values and mask; the order statistics share one sorted copy.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from ..ir import Node
 from .emitter import Scope
 from .helper_source import HELPER_FUNCTIONS
@@ -13,6 +15,7 @@ from .names import ShapecInternalError
 from .schedule import fuse_block
 
 ROLLOUT_VALUED = ("minmax", "centered")
+HELPERS_READ = {"minmax": ("min", "max"), "centered": ("mean",)}  # the group reductions each is made of
 SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
 MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}}  # helper -> arrays it fills
 REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER_FUNCTIONS if f.startswith(("red_", "srt_")))))
@@ -26,6 +29,21 @@ STREAMED = {
     "any": ("0.0", "{acc} = 1.0 if {x} == 1.0 else {acc}"),
     "all": ("1.0", "{acc} = 0.0 if {x} != 1.0 else {acc}"),
 }
+
+
+# group reductions written as running values over the selected x, k of them before this one:
+# (initial value, update, finished value); GROUP_FLAGGED ones are missing if any x is
+GROUP_STREAMED = {
+    **{op: (init, update, "{acc}") for op, (init, update) in STREAMED.items() if op != "mean"},
+    "mean": ("0.0", "{acc} += {x}", "(nan if {k} == 0 or {missing} else {acc} / {k})"),
+    "min": ("nan", "{acc} = {x} if {k} == 0 or {x} < {acc} else {acc}", "(nan if {k} == 0 or {missing} else {acc})"),
+    "max": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}", "(nan if {k} == 0 or {missing} else {acc})"),
+    "argmin": ("nan", "{acc} = {x} if {k} == 0 or {x} < {acc} else {acc}",
+               "(nan if {k} == 0 or {missing} else float({best}))"),
+    "argmax": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}",
+               "(nan if {k} == 0 or {missing} else float({best}))"),
+}
+GROUP_FLAGGED = ("mean", "min", "max", "argmin", "argmax")
 
 
 def _reduction(op: str) -> str:
@@ -142,26 +160,87 @@ class Hoisting:
         if line not in lines:
             lines.append(line)
 
+    def running(self, node: Node, scope: Scope) -> dict[str, str]:
+        """op -> the finished value, for a selection whose every reduction is a running one.
+
+        One pass over the group keeps, per reduction, what red_<op> would compute from the
+        buffer, updated in the buffer's order with the helper's comparisons, so each result is
+        the helper's to the bit; no buffer is written and no helper called."""
+        key = self.selection_key(node)
+        if key in scope.names:
+            return scope.names[key]
+        o = self.out
+        ops = sorted({part for op in self.selection_ops[key] for part in HELPERS_READ.get(op, (op,))})
+        arg, mask = node.args[:2]
+        header, _, ctx, local = self.select_loop(node.attr[1])
+        k, x = self.fresh("ksel"), self.fresh("sel")
+        o(self.note(f"selection {x} for {'/'.join(map(_reduction, ops))} (running)"))
+        o(f"{k} = 0")
+        finish, updates = {}, []
+        missing = None
+        if any(op in GROUP_FLAGGED for op in ops):
+            missing = self.fresh("r")
+            o(f"{missing} = False  " + self.note("True once a selected value is missing"))
+            updates.append(f"{missing} = {missing} or isnan({x})")
+        for op in ops:
+            acc = self.fresh("r")
+            init, update, done = GROUP_STREAMED[op]
+            if op in ("argmin", "argmax"):
+                best = self.fresh("isel")
+                o(f"{best} = 0")
+                updates.append(f"{best} = {local} if {k} == 0 or {x} {'<' if op == 'argmin' else '>'} {acc} else {best}")
+            else:
+                best = None
+            o(f"{acc} = {init}")
+            updates.append(update.format(acc=acc, x=x, k=k))
+            finish[op] = done.format(acc=acc, k=k, missing=missing, best=best)
+        o(header)
+        with o.indented():
+            unmasked = mask.op == "const" and mask.attr == 1.0
+            if not unmasked:
+                o(f"if {self.truth(mask, ctx, scope)}:")
+            with o.indented() if not unmasked else nullcontext():
+                o(f"{x} = {self.ex(arg, ctx, scope)}")
+                for line in updates:
+                    o(line)
+                o(f"{k} += 1")
+        scope.names[key] = finish
+        return finish
+
+    def is_running(self, node: Node) -> bool:
+        key = self.selection_key(node)
+        return not key[3] and all(part in GROUP_STREAMED for op in self.selection_ops[key]
+                                  for part in HELPERS_READ.get(op, (op,)))
+
     def emit_reduce(self, node: Node, scope: Scope) -> None:
         o = self.out
         op, over = node.attr
         arg, mask, *extras = node.args
-        header, _, ctx, _ = self.select_loop(over)
         name = self.fresh("r")
-        vals, idx, k = self.selection(node, scope)
+        running = self.is_running(node)
+        if op not in ROLLOUT_VALUED and running:
+            self.store_reduce(node, name, self.running(node, scope)[op], scope)
+            return
+        header, _, ctx, _ = self.select_loop(over)
+        if running:
+            done = self.running(node, scope)
+            reads = {part: done[part] for part in HELPERS_READ[op]}
+        else:
+            vals, idx, k = self.selection(node, scope)
+            reads = {part: f"red_{part}({vals}, {idx}, {k}, 0.0)" for part in HELPERS_READ.get(op, ())}
         if op in ROLLOUT_VALUED:
             storage = f"item:{over}" if over else ("rollout" if self.key(node) in self.stored else "local")
             self.alloc(storage, name)
             target = self.read(storage, name, ctx)
             value = self.ex(arg, ctx, scope)
             if op == "minmax":
-                o(f"lo_ = red_min({vals}, {idx}, {k}, 0.0)")
-                o(f"hi_ = red_max({vals}, {idx}, {k}, 0.0)")
+                o(f"lo_ = {reads['min']}")
+                o(f"hi_ = {reads['max']}")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
             else:
-                o(f"mean_ = red_mean({vals}, {idx}, {k}, 0.0)")
+                o(f"mean_ = {reads['mean']}")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(mean_) else {value} - mean_")
@@ -171,6 +250,11 @@ class Hoisting:
             return
         extra = self.ex(extras[0], "group", scope) if extras else "0.0"
         call = f"srt_{op}({vals}, tbuf, {k}, {extra})" if op in SORTED_OPS else f"red_{op}({vals}, {idx}, {k}, {extra})"
+        self.store_reduce(node, name, call, scope)
+
+    def store_reduce(self, node: Node, name: str, call: str, scope: Scope) -> None:
+        """name = call, in a group array when a metric reads it after the group loop."""
+        o = self.out
         if self.key(node) in self.stored:
             self.alloc("group", name)
             o(f"{name}[g] = {call}")
