@@ -242,7 +242,7 @@ def test_corrupt_cache_file_is_rebuilt(cache):
     build.load_kernels(ir)
     (path,) = cache.glob("*.py")
     good = path.read_text()
-    tampered = good.replace("(not isnan(x)) else 0.0", "(not isnan(x)) else 99.0")
+    tampered = good.replace("not isnan(x) else 0.0", "not isnan(x) else 99.0")
     assert tampered != good
     path.write_text(tampered)  # tampered body, stale header
     build._MODULES.clear()

@@ -76,23 +76,6 @@ def _reads_elsewhere(node: ast.AST, name: str) -> bool:
                for n in ast.walk(node))
 
 
-def _block(lines: list[str]) -> ast.Module:
-    return ast.parse(textwrap.dedent("\n".join(line for line in lines if line.strip())))
-
-
-def assigned(lines: list[str]) -> set[str]:
-    """The names a block of generated code assigns as whole values (not elements), at any depth,
-    other than loop indices."""
-    tree = _block(lines)
-    indices = {n.target.id for n in ast.walk(tree) if isinstance(n, ast.For) and isinstance(n.target, ast.Name)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)} - indices
-
-
-def read(lines: list[str]) -> set[str]:
-    """The names a block of generated code reads."""
-    return {n.id for n in ast.walk(_block(lines)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-
 def split(lines: list[str], depth: int) -> list[Statement]:
     """The top-level statements of a block whose lines are indented `depth` levels."""
     pad = INDENT * depth

@@ -7,7 +7,6 @@ from __future__ import annotations
 from ..ir import CONST, GROUP, PARAM, Node, Step
 from .emitter import Scope, walk
 from .reductions import STREAMED
-from .schedule import assigned, read
 
 
 class Statements:
@@ -95,15 +94,15 @@ class Statements:
                 self.hoist(n, scope, "group")
         return self.ex(step.expr, "rollout", scope)
 
-    def applies(self, step: Step, scope: Scope, first: str) -> str:
-        """`first` and the `on` and `when` conditions, `and`-ed (first is tested first)."""
-        parts = [first]
+    def applies(self, step: Step, scope: Scope) -> str:
+        """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none)."""
+        parts = []
         if step.on is not None:
             parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind == "index"
                          else self.truth(step.on, "rollout", scope))
         if step.when is not None:
             parts.append(self.truth(step.when, "rollout", scope))
-        return " and ".join(f"({p})" for p in parts)
+        return "".join(f"({p}) and " for p in parts)
 
     def step_let(self, step: Step, scope: Scope) -> None:
         o = self.out
@@ -152,24 +151,19 @@ class Statements:
                 o("decided = True")
         o(f"gates[{self.gate_index[step.name]}, g] = gcode")
 
-    def guarded(self, step: Step, scope: Scope, loop) -> None:
-        """Emit the statement's rollout loop, `loop(value, guard)`, with the reductions of its
-        value, `on` and `when` computed only for groups where every group-level conjunct of
-        `when` is 1.
+    def guarded(self, step: Step, scope: Scope, body, off) -> None:
+        """Emit body() only for groups where every group-level conjunct of `when` is 1, else off().
 
         A conjunct that is 0 or missing makes the whole `when` not 1 (three-valued `and` is
         symmetric), so the statement cannot apply anywhere in the group: its reductions (sorts
-        included) are skipped, and the loop, which tests the guard before it evaluates the value,
-        writes what a statement that applies nowhere writes. The loop itself is unconditional, so
-        the scheduler can fuse it with its neighbours. Values hoisted inside the guard leave the
-        scope with it (each starts as missing, so no read is of an unset name), and a statement
-        whose reductions a metric reads is never guarded.
+        included) are skipped. Values hoisted inside the guard leave the scope with it, and a
+        statement whose reductions a metric reads is never guarded.
         """
         conds = self.group_conjuncts(step.when)
         stored = any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
                      for n in walk(x))
         if not conds or stored:
-            loop(self.rollout_loop(step, scope), None)
+            body()
             return
         o = self.out
         saved = dict(scope.names)
@@ -180,23 +174,13 @@ class Statements:
             with o.indented():
                 self.hoist(cond, scope, "group")
                 o(f"{guard} = {self.truth(cond, 'group', scope)}")
-        header = len(o.lines)
         o(f"if {guard}:")
         with o.indented():
-            value = self.rollout_loop(step, scope)
-        prep = o.lines[header + 1:]
-        if not prep:
-            o.lines.pop()
-        start = len(o.lines)
-        loop(value, guard)
-        pad = "    " * o.depth
-        o.lines[header:header] = [f"{pad}{name} = nan" for name in sorted(assigned(prep) & read(o.lines[start:]))]
+            body()
+        o("else:")
+        with o.indented():
+            off()
         scope.names = saved
-
-    @staticmethod
-    def gated(value: str, guard: str | None) -> str:
-        """The value where the guard holds, missing elsewhere (never evaluated there)."""
-        return value if guard is None else f"({value}) if {guard} else nan"
 
     def group_conjuncts(self, when: Node | None) -> list[Node]:
         """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
@@ -220,16 +204,25 @@ class Statements:
         k = self.ir.terms.index(step.name)
         total = "tot[i - s] + " if self.has_terms else ""
 
-        def loop(value: str, guard: str | None) -> None:
+        def body():
+            value = self.rollout_loop(step, scope)
             slot = self.slot("term", k)
             o("for i in range(s, e):")
             with o.indented():
-                o(f"x = {self.gated(value, guard)}")
-                o(f"{slot} = x if {self.applies(step, scope, 'not isnan(x)')} else 0.0")
+                o(f"x = {value}")
+                o(f"{slot} = x if {self.applies(step, scope)}not isnan(x) else 0.0")
                 self.publish("term", k)
                 o(f"tot[i - s] = {total}{slot}")
 
-        self.guarded(step, scope, loop)
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                o(f"{self.slot('term', k)} = 0.0")
+                self.publish("term", k)
+                if not total:
+                    o("tot[i - s] = 0.0")
+
+        self.guarded(step, scope, body, off)
         self.has_terms = True
 
     def slot(self, kind: str, k: int) -> str:
@@ -261,33 +254,53 @@ class Statements:
     def step_clamp(self, step: Step, scope: Scope) -> None:
         o = self.out
 
-        def loop(lo: str, guard: str | None) -> None:
+        def body():
+            lo = self.rollout_loop(step, scope)
             o("for i in range(s, e):")
             with o.indented():
                 self.start_running()
-                o(f"lo = {self.gated(lo, guard)}")
-                o(f"run[i - s] = lo if {self.applies(step, scope, 'not isnan(lo)')} and run[i - s] < lo else run[i - s]")
+                o(f"lo = {lo}")
+                o(f"run[i - s] = lo if {self.applies(step, scope)}not isnan(lo) and run[i - s] < lo else run[i - s]")
 
-        self.guarded(step, scope, loop)
+        def off():
+            if not self.first_running:
+                o("pass")
+                return
+            o("for i in range(s, e):")
+            with o.indented():
+                self.start_running()
+
+        self.guarded(step, scope, body, off)
         self.first_running = False
 
     def step_factor(self, step: Step, scope: Scope) -> None:
         o = self.out
         k = self.ir.factors.index(step.name)
 
-        def loop(m: str, guard: str | None) -> None:
+        def preamble():
+            self.start_running()
+            if self.first_factor:
+                o("base[i - s] = run[i - s]")
+
+        def body():
+            m = self.rollout_loop(step, scope)
             o("for i in range(s, e):")
             with o.indented():
-                self.start_running()
-                if self.first_factor:
-                    o("base[i - s] = run[i - s]")
-                o(f"m = {self.gated(m, guard)}")
-                o(f"applied = {self.applies(step, scope, 'not isnan(m)')} and base[i - s] > 0.0")
+                preamble()
+                o(f"m = {m}")
+                o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
                 o(f"{self.slot('factor', k)} = m if applied else 1.0")
                 self.publish("factor", k)
                 o("run[i - s] = run[i - s] * m if applied else run[i - s]")
 
-        self.guarded(step, scope, loop)
+        def off():
+            o("for i in range(s, e):")
+            with o.indented():
+                preamble()
+                o(f"{self.slot('factor', k)} = 1.0")
+                self.publish("factor", k)
+
+        self.guarded(step, scope, body, off)
         self.first_running = False
         self.first_factor = False
 
