@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = "shaper s() requires binary produces nonneg {\n  input length: tokens\n  factor f = band(length, {100, 200, 0.5})\n}\n"
 BAD = "shaper s() {\n  input length: tokens\n  input run_time: seconds\n  let x = length + run_time\n}\n"
@@ -103,3 +105,31 @@ def test_specs_are_utf8_whatever_the_locale(tmp_path):
                               text=True, env=env, timeout=300)
         assert proc.returncode == 0, (args, proc.stderr)
     assert spec.read_bytes() == text.encode("utf-8")
+
+
+def test_a_byte_order_mark_is_not_part_of_the_spec(tmp_path):
+    """Some editors save UTF-8 with a byte-order mark: the spec checks and compiles as without
+    it, errors point where the editor shows the text, and fmt keeps the mark (and is stable)."""
+    import shapec
+
+    plain, marked = tmp_path / "plain.shape", tmp_path / "marked.shape"
+    plain.write_text(GOOD, encoding="utf-8")
+    marked.write_text("\ufeff" + GOOD, encoding="utf-8")
+    assert cli("check", marked).returncode == 0
+    rewards, lengths = np.array([1.0, 0.0, 1.0, 1.0]), np.array([50.0, 150.0, 250.0, 10.0])
+    shaped = [shapec.compile_file(p, backend="interpreter").s(rewards, group_size=4, channels={"length": lengths})
+              for p in (plain, marked)]
+    assert np.array_equal(shaped[0].rewards, shaped[1].rewards)
+    for name, text in (("syntax", "shaper s( {\n}\n"), ("name", BAD.replace("length + run_time", "lenght"))):
+        diags = []
+        for prefix in ("", "\ufeff"):
+            (tmp_path / f"{name}.shape").write_text(prefix + text, encoding="utf-8")
+            proc = cli("check", tmp_path / f"{name}.shape")
+            assert proc.returncode == 1, proc.stderr
+            diags.append(proc.stderr)
+        assert diags[0] == diags[1], diags
+    messy = tmp_path / "messy.shape"
+    messy.write_text("\ufeff" + GOOD.replace("  input", "input"), encoding="utf-8")
+    assert cli("fmt", messy).returncode == 0
+    assert messy.read_text(encoding="utf-8") == "\ufeff" + GOOD
+    assert cli("fmt", "--check", messy).returncode == 0

@@ -330,8 +330,15 @@ class _Builder(Transformer_NonRecursive):
         return A.BandLit(*children, span=self._span(meta))
 
 
+BOM = "\ufeff"
+
+
 def parse(text: str, path: str = "<string>") -> A.Module:
-    """Parse source text into a Module, raising ShapeError with a coded diagnostic."""
+    """Parse source text into a Module, raising ShapeError with a coded diagnostic.
+
+    A leading byte-order mark (what some editors save UTF-8 with, and Python accepts) is not part
+    of the spec: positions count from after it, as an editor shows them."""
+    text = text.removeprefix(BOM)
     src = Source(path, text)
     _comment_sink.tokens = tokens = []
     _keyword_guard.local.text = text

@@ -5,15 +5,16 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ..syntax.parser import parse
+from ..syntax.parser import BOM, parse
 from ..syntax.pretty import pretty
 from ..syntax.source import ShapeError
 from .atomic import OutputError, write_text
 
 
 def format_source(text: str, filename: str = "<string>") -> str:
-    """The canonical text of a spec; raises ShapeError when it does not parse."""
-    return pretty(parse(text, filename))
+    """The canonical text of a spec; raises ShapeError when it does not parse. A byte-order mark
+    the file starts with stays (formatting changes the layout, not the file's encoding)."""
+    return (BOM if text.startswith(BOM) else "") + pretty(parse(text, filename))
 
 
 def format_files(files: list[Path], check: bool, out, err) -> int:
