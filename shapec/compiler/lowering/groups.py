@@ -64,8 +64,8 @@ class Groups:
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
             self.vars[f] = f"factor:{k}"
-        batch_code = self.out = self.emitter(1)
-        batch = Scope()
+        batch_code = self.out = self.batch_out = self.emitter(1)
+        batch = self.batch_scope = Scope()
         self.lower_channels(batch)
         self.lower_batch_steps(batch)
         groups = self.out = self.emitter(1)

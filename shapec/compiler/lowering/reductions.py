@@ -72,10 +72,25 @@ class Hoisting:
                     stack.extend((child, False) for child in reversed(n.args))
             elif n.op == "reduce":
                 self.emit_reduce(n, scope)
+            elif n.op == "breduce" and self.in_chunk:
+                self.hoist_to_batch(n, scope)
             elif n.op == "breduce":
                 self.emit_breduce(n, scope)
             elif n.ty.kind == "band" and n.op in ("bandref", "bandlit", "bandfallback", "bandcond"):
                 self.emit_band(n, scope, level)
+
+    def hoist_to_batch(self, node: Node, scope: Scope) -> None:
+        """A batch reduction in a group statement: computed once, with the batch statements, before
+        the group loop (it reads only inputs, channels, rewards and params, so it is the same for
+        every group), and read there as an argument of the group function."""
+        key = self.key(node)
+        if key not in self.batch_scope.names:
+            out, self.out, self.in_chunk = self.out, self.batch_out, False
+            try:
+                self.emit_breduce(node, self.batch_scope)
+            finally:
+                self.out, self.in_chunk = out, True
+        scope.names[key] = self.batch_scope.names[key]
 
     def emit_band(self, node: Node, scope: Scope, level: str) -> None:
         o = self.out
@@ -188,7 +203,8 @@ class Hoisting:
             if op in ("argmin", "argmax"):
                 best = self.fresh("isel")
                 o(f"{best} = 0")
-                updates.append(f"{best} = {local} if {k} == 0 or {x} {'<' if op == 'argmin' else '>'} {acc} else {best}")
+                better = "<" if op == "argmin" else ">"
+                updates.append(f"{best} = {local} if {k} == 0 or {x} {better} {acc} else {best}")
             else:
                 best = None
             o(f"{acc} = {init}")
