@@ -44,6 +44,12 @@ class Lowering(Conditions, Expressions):
         self.count += 1
         return f"{kind}{self.count}"
 
+    def defined(self, node) -> bool:
+        """No value is known to be present: ex() stays the three-valued oracle, helpers throughout
+        (the leaves here take NaN, which the batch layer never lets an input hold; the forms
+        for values that cannot be missing are tests/test_definedness.py's)."""
+        return False
+
 
 def trees(depth: int = 5):
     bools = st.sampled_from([LEAVES["flag"], LEAVES["odd"], Node("const", (), Type(BOOL), 1.0),

@@ -18,6 +18,7 @@ UNARY_CALLS = {
     "missing": "k_flag(isnan({}))", "present": "k_flag(not isnan({}))",
 }
 BIN_OPS = ("+", "-", "*", "/", "**")
+DEFINED_FORMS = ("cmp", "and", "or", "cond", "fallback")  # written without the helper when no operand is missing
 
 
 def _operands(node: Node) -> list[Node]:
@@ -130,16 +131,21 @@ class Expressions:
             if node.attr not in BIN_OPS:
                 raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
             return f"({a[0]} {node.attr} {a[1]})"
+        defined = [self.defined(x) for x in _operands(node)] if op in DEFINED_FORMS else []
         if op == "cmp":
+            if all(defined):
+                return f"k_flag({a[0]} {node.attr} {a[1]})"
             return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
         if op == "and":
-            return f"k_and({a[0]}, {a[1]})"
+            return f"k_flag({a[0]} != 0.0 and {a[1]} != 0.0)" if all(defined) else f"k_and({a[0]}, {a[1]})"
         if op == "or":
-            return f"k_or({a[0]}, {a[1]})"
+            return f"k_flag({a[0]} == 1.0 or {a[1]} == 1.0)" if all(defined) else f"k_or({a[0]}, {a[1]})"
         if op == "cond":
+            if defined[0] and self.clean(node.args[0]):  # certainly 0 or 1
+                return f"({a[1]} if {a[0]} == 1.0 else {a[2]})"
             return f"k_cond({a[0]}, {a[1]}, {a[2]})"
         if op == "fallback":
-            return f"k_fallback({a[0]}, {a[1]})"
+            return a[0] if defined[0] else f"k_fallback({a[0]}, {a[1]})"
         if op == "skipped":
             code = self.ir.skip_reasons.index(node.attr) if node.attr in self.ir.skip_reasons else -2
             return f"k_flag(skip[g] == {code})"
@@ -156,6 +162,8 @@ class Expressions:
                 return out
             if fn == "clip":
                 return f"k_clip({a[0]}, {a[1]}, {a[2]})"
+            if fn in ("missing", "present") and self.defined(node.args[0]):
+                return "0.0" if fn == "missing" else "1.0"
             return UNARY_CALLS[fn].format(a[0])
         raise ShapecInternalError(f"lowering: unknown node {op}")
 

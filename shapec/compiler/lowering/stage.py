@@ -1,11 +1,13 @@
 """StageLowering: one shaper (a pipeline stage) lowered to one kernel, assembled from one mixin
-per pass (arguments, expressions, conditions, hoisting, statements, groups), which share its state."""
+per pass (arguments, expressions, conditions, definedness, hoisting, statements, groups), which
+share its state."""
 
 from __future__ import annotations
 
 from ..ir import ShaperIR
 from .arguments import Arguments
 from .conditions import Conditions
+from .definedness import Definedness
 from .emitter import Arg
 from .expressions import Expressions
 from .groups import Groups
@@ -14,7 +16,7 @@ from .reductions import Hoisting
 from .statements import Statements
 
 
-class StageLowering(Arguments, Expressions, Conditions, Hoisting, Statements, Groups):
+class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, Statements, Groups):
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
     def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False):

@@ -1,0 +1,134 @@
+"""Definedness: which values can never be missing, so they need no three-valued code.
+
+A missing value is a NaN, and the helpers `k_cmp`, `k_and`, `k_or`, `k_cond` and `k_fallback`
+exist to carry one through. A value that cannot be NaN needs none of that: its comparison is a
+plain comparison, its logic plain `and`/`or`, `missing(x)` is 0. This pass gives every IR
+expression one of three levels, from what the runtime guarantees about the leaves:
+
+    FINITE   rewards, rollout inputs and list items (the batch layer rejects NaN and infinity),
+             params that are not optional (pydantic rejects NaN and infinity), group_size,
+             number literals, gate-rule blocks, count/any/all (they only count ones), any
+             comparison or logic of NUMBER operands (0 or 1)
+    NUMBER   never NaN but maybe infinite: a sum or difference of NUMBERs one of which is
+             FINITE, a product of FINITE values (it can overflow), a NUMBER over a nonzero
+             literal, exp and sigmoid of a NUMBER, `x ?? y` with y a NUMBER, a term (0 where it
+             does not apply) or a factor (1 there)
+    MAYBE    everything else: metadata, optional params, state, a quotient (0/0), a power,
+             log, sqrt, cos, bands, reductions that are missing on an empty selection, and
+             whatever reads a MAYBE value
+
+so the levels are exact consequences of the validation, never a guess: an expression is below
+MAYBE only if no input the runtime accepts can make it NaN. Lets, gates and channels take the
+level of their expression (they are ordered, so one pass in source order sees every one).
+`conditions.TWO_VALUED = False` turns this off with the rest of the two-valued code.
+"""
+
+from __future__ import annotations
+
+from ..ir import Node
+from . import conditions
+
+FINITE, NUMBER, MAYBE = 2, 1, 0
+LOGIC_OPS = ("cmp", "and", "or")
+KEEPS_LEVEL = {"neg": FINITE, "not": FINITE}  # op -> the best level it keeps (its operand's)
+CALLS_KEEPING = {"abs": FINITE, "int": FINITE, "float": FINITE, "min": FINITE, "max": FINITE, "clip": FINITE,
+                 "exp": NUMBER, "sigmoid": NUMBER}  # a call -> the best level it keeps (its operands' least)
+ALWAYS_FINITE_CALLS = ("missing", "present")
+COUNTING = ("count", "any", "all")
+
+
+class Definedness:
+    """The part of StageLowering (stage.py) that knows which values cannot be missing."""
+
+    def defined(self, node: Node) -> bool:
+        """True when the value can never be NaN."""
+        return conditions.TWO_VALUED and self.level(node) >= NUMBER
+
+    def level(self, node: Node) -> int:
+        memo = self.__dict__.setdefault("_levels", {})
+        if id(node) in memo:
+            return memo[id(node)][0]
+        stack = [(node, False)]  # a stack, not recursion: expressions can be deep
+        while stack:
+            n, children_done = stack.pop()
+            if id(n) in memo:
+                continue
+            if not children_done:
+                stack.append((n, True))
+                stack.extend((c, False) for c in n.args if id(c) not in memo)
+                continue
+            memo[id(n)] = (self._level_of(n, [memo[id(c)][0] for c in n.args]), n)  # n kept: ids stay unique
+        return memo[id(node)][0]
+
+    def _level_of(self, n: Node, args: list[int]) -> int:
+        op = n.op
+        least = min(args, default=FINITE)
+        if op == "const":
+            return FINITE if isinstance(n.attr, (int, float)) and abs(n.attr) != float("inf") and n.attr == n.attr \
+                else MAYBE
+        if op == "ref":
+            return self._ref_level(n)
+        if op in KEEPS_LEVEL:
+            return least
+        if op in LOGIC_OPS:
+            return FINITE if least >= NUMBER else MAYBE
+        if op == "cond":  # k_cond gives NaN for a condition other than 0 or 1
+            return min(args[1:]) if args[0] >= NUMBER and self.clean(n.args[0]) else MAYBE
+        if op == "fallback":  # b where a is missing, else a (which may be infinite)
+            return (FINITE if least == FINITE else NUMBER) if args[1] >= NUMBER else MAYBE
+        if op == "bin":
+            return self._arithmetic_level(n, args)
+        if op == "skipped":
+            return FINITE
+        if op == "call":
+            if n.attr in ALWAYS_FINITE_CALLS:
+                return FINITE
+            return min(least, CALLS_KEEPING.get(n.attr, MAYBE))
+        if op == "reduce":
+            return FINITE if n.attr[0] in COUNTING else MAYBE
+        if op == "breduce":
+            return FINITE if n.attr in COUNTING else MAYBE
+        return MAYBE
+
+    @staticmethod
+    def _arithmetic_level(n: Node, args: list[int]) -> int:
+        """NaN comes only from inf - inf, 0 * inf, 0 / 0 or inf / inf, and a power."""
+        if n.attr in ("+", "-"):  # needs two infinities: one finite operand rules it out
+            return NUMBER if min(args) >= NUMBER and max(args) == FINITE else MAYBE
+        if n.attr == "*":
+            return NUMBER if min(args) == FINITE else MAYBE
+        divisor = n.args[1]
+        if n.attr == "/" and divisor.op == "const" and args[1] == FINITE and divisor.attr != 0:
+            return NUMBER if args[0] >= NUMBER else MAYBE
+        return MAYBE
+
+    def _ref_level(self, n: Node) -> int:
+        ns, name = n.attr
+        if ns in ("input", "item"):
+            return FINITE
+        if ns == "param":
+            return MAYBE if n.ty.maybe_missing else FINITE
+        if ns == "var":
+            return self._var_levels().get(name, MAYBE)
+        if ns in ("state", "meta"):
+            return MAYBE
+        return FINITE if name in ("reward", "env_reward", "group_size") else MAYBE
+
+    def _var_levels(self) -> dict[str, int]:
+        """The level of every let, gate, gate-rule block, channel, term and factor, in source order."""
+        levels = self.__dict__.get("_vars")
+        if levels is not None:
+            return levels
+        levels = self.__dict__["_vars"] = {}
+        for name in self.ir.terms:
+            levels[name] = NUMBER
+        for name in self.ir.factors:
+            levels[name] = NUMBER
+        for name, node in self.ir.channels:
+            levels[name] = self.level(node)
+        for step in (*self.ir.batch_steps, *self.ir.steps):
+            if step.kind == "gaterules":
+                levels[step.name] = FINITE
+            elif step.kind in ("let", "gate") and step.expr is not None:
+                levels[step.name] = self.level(step.expr)
+        return levels
