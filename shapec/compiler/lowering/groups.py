@@ -70,6 +70,7 @@ class Groups:
         self.lower_batch_steps(batch)
         groups = self.out = self.emitter(1)
         self.in_chunk = True
+        self.plan_sinking()
         self.lower_groups()
         groups.lines[1:] = fuse_block(groups.lines[1:], 2, MUTATING_HELPERS)
         self.in_chunk = False
@@ -229,5 +230,6 @@ class Groups:
                 getattr(self, f"step_{step.kind}")(step, scope)
             self.finish_group(scope)
             # each group starts with its lets and gates missing, as a fresh array slot would be
-            o.lines[mark:mark] = ["    " * depth + f"{name} = nan" for name in self.group_locals]
+            o.lines[mark:mark] = ["    " * depth + line for line in
+                                  (*(f"{name} = nan" for name in self.group_locals), *self.sunk_flag_lines())]
 
