@@ -1,6 +1,6 @@
-"""Sinking (lowering/sinking.py): a let only guarded statements read is computed inside their
-guards, once a group; a let anything else reads stays where it is. Either way the kernel gives
-the interpreter's outputs, with the readers on or off."""
+"""Sinking (lowering/sinking.py): a let only guarded statements read is computed only where one
+of them can apply; a let anything else reads is computed for every group. Either way the kernel
+gives the interpreter's outputs, with the readers on or off."""
 
 from __future__ import annotations
 
@@ -31,8 +31,8 @@ shaper sunk(w: float = 0.0, v: float = 0.0) requires binary produces real {
 
 def sunk_names(source: str, name: str) -> set[str]:
     text = emit_python(shapec.compile_str(source, "sunk.shape", "interpreter")[name].ir)
-    return {line.split("# ", 1)[1].split(",")[0].split(" ", 1)[1] for line in text.splitlines()
-            if line.strip().startswith("if not done") and "first needed here" in line}
+    return {line.split("# ", 1)[1].split(":")[0].split(" ", 1)[1] for line in text.splitlines()
+            if line.strip().startswith("if ") and "only where a statement reading it can apply" in line}
 
 
 def test_only_lets_guarded_statements_read_are_sunk():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from ..ir import Node
 from . import conditions
+from .emitter import post_order
 
 FINITE, NUMBER, MAYBE = 2, 1, 0
 LOGIC_OPS = ("cmp", "and", "or")
@@ -48,15 +49,7 @@ class Definedness:
         memo = self.__dict__.setdefault("_levels", {})
         if id(node) in memo:
             return memo[id(node)][0]
-        stack = [(node, False)]  # a stack, not recursion: expressions can be deep
-        while stack:
-            n, children_done = stack.pop()
-            if id(n) in memo:
-                continue
-            if not children_done:
-                stack.append((n, True))
-                stack.extend((c, False) for c in n.args if id(c) not in memo)
-                continue
+        for n in post_order(node, lambda x: x.args, memo):
             memo[id(n)] = (self._level_of(n, [memo[id(c)][0] for c in n.args]), n)  # n kept: ids stay unique
         return memo[id(node)][0]
 

@@ -76,6 +76,22 @@ def walk(node: Node):
         stack.extend(reversed(n.args))
 
 
+def post_order(root, children, seen):
+    """Every node under root after its children, each once: a stack, not recursion, since
+    expressions can be deep. A node whose id is in `seen` (which the caller fills as each node is
+    yielded) is skipped, with what is under it."""
+    stack = [(root, False)]
+    while stack:
+        n, children_done = stack.pop()
+        if id(n) in seen:
+            continue
+        if not children_done:
+            stack.append((n, True))
+            stack.extend((c, False) for c in children(n) if id(c) not in seen)
+            continue
+        yield n
+
+
 def steps_nodes(ir: ShaperIR):
     """Every expression of a shaper, with the statement it belongs to."""
     for _, node in ir.channels:

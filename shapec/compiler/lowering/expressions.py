@@ -7,7 +7,7 @@ before the first line that reads them), so no generated line reaches Python's pa
 from __future__ import annotations
 
 from ..ir import Node
-from .emitter import Scope, lit
+from .emitter import Scope, lit, post_order
 from .names import ShapecInternalError
 
 SPILL_HEIGHT = 24  # deepest nesting of one emitted expression (at most 4 brackets a level; Python allows 200)
@@ -33,15 +33,7 @@ def _spills(root: Node) -> list[Node]:
     code would nest SPILL_HEIGHT deep, counting from the last temporary below it."""
     height: dict[int, int] = {}
     out: list[Node] = []
-    stack = [(root, False)]
-    while stack:
-        n, children_done = stack.pop()
-        if id(n) in height:
-            continue
-        if not children_done:
-            stack.append((n, True))
-            stack.extend((c, False) for c in _operands(n) if id(c) not in height)
-            continue
+    for n in post_order(root, _operands, height):
         h = 1 + max((height[id(c)] for c in _operands(n)), default=0)
         if h >= SPILL_HEIGHT and n is not root:
             out.append(n)

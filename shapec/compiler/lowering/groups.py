@@ -230,6 +230,5 @@ class Groups:
                 getattr(self, f"step_{step.kind}")(step, scope)
             self.finish_group(scope)
             # each group starts with its lets and gates missing, as a fresh array slot would be
-            o.lines[mark:mark] = ["    " * depth + line for line in
-                                  (*(f"{name} = nan" for name in self.group_locals), *self.sunk_flag_lines())]
+            o.lines[mark:mark] = ["    " * depth + f"{name} = nan" for name in self.group_locals]
 

@@ -18,7 +18,6 @@ KINDS = {
     "ni": "a metadata list's item count", "lf": "a metadata list's field", "s": "a shaper (stage)",
     "r": "a reduction", "b": "a batch reduction", "band": "a band's parts", "guard": "a statement's guard",
     "tv": "a term's values in its group", "fv": "a factor's values in its group",
-    "done": "whether a sunk let is computed yet in this group",
     "sel": "a selection's values", "isel": "a selection's indices", "ksel": "a selection's size",
     "t": "a temporary that keeps an expression's nesting within Python's parser limit",
 }

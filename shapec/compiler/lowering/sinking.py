@@ -1,19 +1,24 @@
-"""Sinking: a let or gate that only guarded statements read is computed where one first needs it.
+"""Sinking: a let that only guarded statements read is computed only where one of them can apply.
 
 `nemo_rl.length_penalty` sorts every group's rewards for `let top`, and walks every group's
 profile for `let spread`, yet with the algorithms that read them off no group ever needs them.
 A let (or a gate that writes no gate code) is *sunk* when every statement that reads it is a
-guarded term, clamp or factor (statements.py: `if guard<k>:`), or another sunk let: it is then
-computed inside the guard of each reader, before the reader's own reductions, under a per-group
-flag (`done<k>`) so a second reader in the same group reuses it. Lets have no effects and read
-only values fixed before them (earlier lets, finished terms), so computing one later, or not at
-all, changes no output: what is computed is the same value from the same inputs. A let a metric,
-a skip, a gate-rule block, the result or an unguarded statement reads stays where it is.
+guarded term, clamp or factor (statements.py: `if guard<k>:`), or another sunk let. It stays
+where it is, written once, but under a condition: the `or`, over the guarded statements that
+read it (through sunk lets too), of the `and` of each one's group-level conjuncts that can be
+decided there already: reduction-free ones over params, metadata and lets and gates before it
+(not sunk). Where a reader's guard holds at the reader, those conjuncts held here too (they read
+only values fixed before the let), so the let was computed; where none can hold, nothing reads
+it. A reader with no such conjunct keeps its let unconditional. Lets have no effects, so
+computing one only where it is read changes no output; its reductions stay inside the `if`. A
+sunk let nothing reads (a batch reduction inlines what it reads) is not computed at all.
+A let a metric, a skip, a gate-rule block, the result or an unguarded statement reads, or a
+gate with gate codes, is not sunk.
 """
 
 from __future__ import annotations
 
-from ..ir import CONST, Step
+from ..ir import CONST, Node, Step
 from .emitter import Scope, walk
 
 
@@ -30,36 +35,71 @@ def _var_refs(nodes) -> list[str]:
 
 
 class Sinking:
-    """The part of StageLowering (stage.py) that computes lets only where a guarded statement reads them."""
+    """The part of StageLowering (stage.py) that computes lets only where a guarded statement can read them."""
 
     def plan_sinking(self) -> None:
-        """Which lets and gates are sunk (self.sunk: name -> its step)."""
+        """self.sunk: let name -> the clauses (lists of conjuncts, or-ed) under which it is computed."""
         ir = self.ir
-        candidates = {s.name: s for s in ir.steps if s.kind in ("let", "gate") and s.expr is not None
+        self.position = {s.name: k for k, s in enumerate(ir.steps)}
+        candidates = {s.name for s in ir.steps if s.kind in ("let", "gate") and s.expr is not None
                       and s.name not in self.metric_vars and s.name not in self.gate_index
                       and not (s.expr.ty.level == CONST and not s.expr.ty.items)}
-        readers: dict[str, set[str]] = {name: set() for name in candidates}  # let -> the sunk lets reading it
+        self.readers: dict[str, list[Step]] = {name: [] for name in candidates}
         blocked: set[str] = set()
         for step in ir.steps:
-            reads = _var_refs((step.expr, step.on, step.when, *(w for _, _, w in step.rules)))
-            for name in reads:
-                if name not in candidates:
-                    continue
-                if step.name in candidates:
-                    readers[name].add(step.name)
-                elif not self.is_guarded(step):
-                    blocked.add(name)
+            for name in _var_refs((step.expr, step.on, step.when, *(w for _, _, w in step.rules))):
+                if name in candidates:
+                    self.readers[name].append(step)
+                    if step.name not in candidates and not self.is_guarded(step):
+                        blocked.add(name)
         others = (*(s.expr for s in (*ir.skips, *ir.batch_steps)), ir.result, *(m for _, m in ir.metrics))
         blocked.update(n for n in _var_refs(others) if n in candidates)
-        changed = True
-        while changed:  # a let read by a let that stays put stays put too
+        self.sunk: dict[str, list[list[Node]]] = {}
+        while True:  # a let read by a let that stays put stays put too; so does one no clause can decide
             changed = False
-            for name, by in readers.items():
-                if name not in blocked and by & blocked:
+            for name in candidates - blocked:
+                if any(r.name in blocked for r in self.readers[name]):
                     blocked.add(name)
                     changed = True
-        self.sunk: dict[str, Step] = {name: s for name, s in candidates.items() if name not in blocked}
-        self.sunk_flags: dict[str, str] = {name: self.fresh("done") for name in self.sunk}
+            self.sunk = {}
+            for name in candidates - blocked:
+                clauses = self._clauses(name, candidates - blocked)
+                if clauses is None:
+                    blocked.add(name)
+                    changed = True
+                else:
+                    self.sunk[name] = clauses
+            if not changed:
+                return
+
+    def _clauses(self, name: str, sunk: set[str]) -> list[list[Node]] | None:
+        """One clause per guarded statement that reads the let (directly or through sunk lets):
+        its conjuncts decidable at the let; None when a reader has none."""
+        at = self.position[name]
+        clauses: list[list[Node]] = []
+        stack, seen = [name], {name}
+        while stack:
+            for reader in self.readers[stack.pop()]:
+                if reader.name in sunk:
+                    if reader.name not in seen:
+                        seen.add(reader.name)
+                        stack.append(reader.name)
+                    continue
+                conds = [c for c in self.group_conjuncts(reader.when) if self._decidable(c, at, sunk)]
+                if not conds:
+                    return None
+                if conds not in clauses:
+                    clauses.append(conds)
+        return clauses
+
+    def _decidable(self, cond: Node, at: int, sunk: set[str]) -> bool:
+        """Whether a conjunct has its value at statement `at` already: no reduction, and every let
+        or gate it reads comes before and is computed unconditionally."""
+        if any(n.op in ("reduce", "breduce") for n in walk(cond)):
+            return False
+        batch = {s.name for s in self.ir.batch_steps} | {name for name, _ in self.ir.channels}
+        return all(name in batch or (name not in sunk and self.position.get(name, at) < at)
+                   for name in _var_refs((cond,)))
 
     def is_guarded(self, step: Step) -> bool:
         """Whether a term, clamp or factor runs its body under a group-level guard (statements.guarded)."""
@@ -68,23 +108,17 @@ class Sinking:
         return not any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
                        for n in walk(x))
 
-    def emit_sunk(self, nodes, scope: Scope, emitted: set[str]) -> None:
-        """Compute the sunk lets these expressions read (theirs first), each at most once a group;
-        `emitted` holds those already written in this guard, which need no second block."""
-        for name in _var_refs(nodes):
-            if name in self.sunk and name not in emitted:
-                self.emit_sunk_let(self.sunk[name], scope, emitted)
-
-    def emit_sunk_let(self, step: Step, scope: Scope, emitted: set[str]) -> None:
-        self.emit_sunk((step.expr,), scope, emitted)
-        emitted.add(step.name)
+    def emit_sunk_let(self, step: Step, scope: Scope) -> None:
+        """The let, under the `or` of its readers' clauses; its own reductions stay inside."""
         o = self.out
-        flag = self.sunk_flags[step.name]
-        o(f"if not {flag}:  " + self.note(f"{step.kind} {self.var(step.name)}, first needed here"))
+        clauses = self.sunk[step.name]
+        if not clauses:  # no statement reads it (a batch reduction has its own copy of what it reads)
+            o(self.note(f"{step.kind} {self.var(step.name)}: read nowhere, not computed"))
+            return
+        for cond in {id(c): c for clause in clauses for c in clause}.values():
+            self.hoist(cond, scope, "group")  # reduction-free: at most a band's parts
+        need = " or ".join("(" + " and ".join(self.truth(c, "group", scope) for c in clause) + ")"
+                           for clause in clauses)
+        o(f"if {need}:  " + self.note(f"{step.kind} {self.var(step.name)}: only where a statement reading it can apply"))
         with o.indented():
-            # its reductions stay inside: another reader may find the flag set and skip this block
             self.let_value(step, Scope(scope.names))
-            o(f"{flag} = True")
-
-    def sunk_flag_lines(self) -> list[str]:
-        return [f"{flag} = False" for flag in self.sunk_flags.values()]

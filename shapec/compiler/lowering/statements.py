@@ -110,7 +110,9 @@ class Statements:
         storage = self.storage(step.expr, step.name)
         self.vars[step.name] = storage
         self.alloc(storage, self.var(step.name))
-        if step.name not in self.sunk:  # else computed where a guarded statement first reads it (sinking.py)
+        if step.name in self.sunk:  # only where a guarded statement that reads it can apply (sinking.py)
+            self.emit_sunk_let(step, scope)
+        else:
             self.let_value(step, scope)
 
     def let_value(self, step: Step, scope: Scope) -> None:
@@ -174,16 +176,13 @@ class Statements:
         saved = dict(scope.names)
         guard = self.fresh("guard")  # a name of its own, so the scheduler can move it
         o(f"{guard} = True  " + self.note("the group-level conditions of when, cheapest first, while they hold"))
-        emitted: set[str] = set()  # the sunk lets computed in this guard so far
         for cond in conds:
             o(f"if {guard}:")
             with o.indented():
-                self.emit_sunk((cond,), scope, emitted)
                 self.hoist(cond, scope, "group")
                 o(f"{guard} = {self.truth(cond, 'group', scope)}")
         o(f"if {guard}:")
         with o.indented():
-            self.emit_sunk((step.expr, step.on, step.when), scope, emitted)
             body()
         o("else:")
         with o.indented():
