@@ -111,8 +111,11 @@ class Hoisting:
         else:
             c = self.ex(node.args[0], ctx, scope)
             x, y = (scope.names[self.key(n)] for n in node.args[1:])
-            parts = [f"k_cond({c}, {xc}, {yc})" for xc, yc in zip(x[:3], y[:3])]
-            parts.append(f"{x[3]} if {c} == 1.0 else ({y[3]} if {c} == 0.0 else 0.0)")
+            if self.defined(node.args[0]) and self.clean(node.args[0]):  # certainly 0 or 1
+                parts = [f"{xc} if {c} == 1.0 else {yc}" for xc, yc in zip(x, y)]
+            else:
+                parts = [f"k_cond({c}, {xc}, {yc})" for xc, yc in zip(x[:3], y[:3])]
+                parts.append(f"{x[3]} if {c} == 1.0 else ({y[3]} if {c} == 0.0 else 0.0)")
         o(self.note(f"band {node.op}"))
         for name, part in zip(names, parts):
             o(f"{name} = {part}")
