@@ -108,16 +108,16 @@ def test_every_helper_is_tested_here_and_emitted_under_njit():
         assert source.startswith('@njit(error_model="numpy", cache=True)\ndef ' + name + "(")
 
 
-def running(op: str, values: list[float], streamed: dict) -> float:
-    """The lowering's running form of a reduction (reductions.GROUP_STREAMED or STREAMED) over
-    `values`, executed as Python with the generated names: what the kernel's selection loop does."""
-    from shapec.compiler.lowering.reductions import GROUP_FLAGGED
+def running(op: str, values: list[float]) -> float:
+    """The lowering's running form of a reduction (reductions.RUNNING, which group selections and
+    batch reductions share) over `values`, executed as Python: what the kernel's loop does."""
+    from shapec.compiler.lowering.reductions import FLAGGED, RUNNING
 
-    init, update, done = streamed[op] if len(streamed[op]) == 3 else (*streamed[op], "{acc}")
+    init, update, done = RUNNING[op]
     env = {"isnan": math.isnan, "nan": NAN, "acc": eval(init, {"nan": NAN}), "k": 0, "missing": False, "best": 0}
     for t, x in enumerate(values):
         env["x"] = x
-        if op in GROUP_FLAGGED:
+        if op in FLAGGED:
             exec("missing = missing or isnan(x)", env)
         if op in ("argmin", "argmax"):
             exec(f"best = {t} if k == 0 or x {'<' if op == 'argmin' else '>'} acc else best", env)
@@ -133,8 +133,6 @@ SIGNED_ZEROS = ([0.0, -0.0], [-0.0, 0.0, -0.0], [-0.0], [2.0, -0.0, 0.0, 2.0], [
 def test_running_group_reductions_are_the_helpers_to_the_bit(op):
     """A selection whose reductions are all running ones is never buffered: each accumulator must
     give red_<op>'s result bit for bit (signed zeros, ties, NaN, empty selections)."""
-    from shapec.compiler.lowering.reductions import GROUP_STREAMED
-
     rng = np.random.default_rng(3)
     cases = [*SELECTIONS, *SIGNED_ZEROS,
              *(list(rng.choice([-0.0, 0.0, 1.0, 2.5, -1.0, NAN], size=int(rng.integers(0, 9)))) for _ in range(300))]
@@ -143,5 +141,5 @@ def test_running_group_reductions_are_the_helpers_to_the_bit(op):
         buf = np.array(values, dtype=np.float64)
         idx = np.arange(len(values), dtype=np.int64)
         expected = helper(buf, idx, len(values), 0.0)
-        got = running(op, [float(v) for v in values], GROUP_STREAMED)
+        got = running(op, [float(v) for v in values])
         assert np.array(got).tobytes() == np.array(expected, dtype=np.float64).tobytes(), (op, values, got, expected)

@@ -21,20 +21,14 @@ MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}} 
 REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER_FUNCTIONS if f.startswith(("red_", "srt_")))))
 
 
-# batch reductions written as running values: (initial value, the update for one selected x)
-STREAMED = {
-    "sum": ("0.0", "{acc} += {x}"),
-    "mean": ("0.0", "{acc} += {x}"),
-    "count": ("0.0", "{acc} = {acc} + 1.0 if {x} == 1.0 else {acc}"),
-    "any": ("0.0", "{acc} = 1.0 if {x} == 1.0 else {acc}"),
-    "all": ("1.0", "{acc} = 0.0 if {x} != 1.0 else {acc}"),
-}
-
-
-# group reductions written as running values over the selected x, k of them before this one:
-# (initial value, update, finished value); GROUP_FLAGGED ones are missing if any x is
-GROUP_STREAMED = {
-    **{op: (init, update, "{acc}") for op, (init, update) in STREAMED.items() if op != "mean"},
+# reductions written as running values over the selected x, k of them before this one, in the
+# order red_<op> reads its buffer: (initial value, update, finished value); FLAGGED ones are
+# missing if any x is. Group selections use them all, batch reductions those in BATCH_RUNNING.
+RUNNING = {
+    "sum": ("0.0", "{acc} += {x}", "{acc}"),
+    "count": ("0.0", "{acc} = {acc} + 1.0 if {x} == 1.0 else {acc}", "{acc}"),
+    "any": ("0.0", "{acc} = 1.0 if {x} == 1.0 else {acc}", "{acc}"),
+    "all": ("1.0", "{acc} = 0.0 if {x} != 1.0 else {acc}", "{acc}"),
     "mean": ("0.0", "{acc} += {x}", "(nan if {k} == 0 or {missing} else {acc} / {k})"),
     "min": ("nan", "{acc} = {x} if {k} == 0 or {x} < {acc} else {acc}", "(nan if {k} == 0 or {missing} else {acc})"),
     "max": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}", "(nan if {k} == 0 or {missing} else {acc})"),
@@ -43,7 +37,8 @@ GROUP_STREAMED = {
     "argmax": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}",
                "(nan if {k} == 0 or {missing} else float({best}))"),
 }
-GROUP_FLAGGED = ("mean", "min", "max", "argmin", "argmax")
+FLAGGED = ("mean", "min", "max", "argmin", "argmax")
+BATCH_RUNNING = ("sum", "mean", "count", "any", "all")
 
 
 def _reduction(op: str) -> str:
@@ -188,7 +183,7 @@ class Hoisting:
         if key in scope.names:
             return scope.names[key]
         o = self.out
-        ops = sorted({part for op in self.selection_ops[key] for part in HELPERS_READ.get(op, (op,))})
+        ops = self.selection_parts(key)
         arg, mask = node.args[:2]
         header, _, ctx, local = self.select_loop(node.attr[1])
         k, x = self.fresh("ksel"), self.fresh("sel")
@@ -196,13 +191,13 @@ class Hoisting:
         o(f"{k} = 0")
         finish, updates = {}, []
         missing = None
-        if any(op in GROUP_FLAGGED for op in ops):
+        if any(op in FLAGGED for op in ops):
             missing = self.fresh("r")
             o(f"{missing} = False  " + self.note("True once a selected value is missing"))
             updates.append(f"{missing} = {missing} or isnan({x})")
         for op in ops:
             acc = self.fresh("r")
-            init, update, done = GROUP_STREAMED[op]
+            init, update, done = RUNNING[op]
             if op in ("argmin", "argmax"):
                 best = self.fresh("isel")
                 o(f"{best} = 0")
@@ -226,10 +221,13 @@ class Hoisting:
         scope.names[key] = finish
         return finish
 
+    def selection_parts(self, key: tuple) -> list[str]:
+        """The group reductions a selection's readers are made of (minmax: min and max)."""
+        return sorted({part for op in self.selection_ops[key] for part in HELPERS_READ.get(op, (op,))})
+
     def is_running(self, node: Node) -> bool:
         key = self.selection_key(node)
-        return not key[3] and all(part in GROUP_STREAMED for op in self.selection_ops[key]
-                                  for part in HELPERS_READ.get(op, (op,)))
+        return not key[3] and all(part in RUNNING for part in self.selection_parts(key))
 
     def emit_reduce(self, node: Node, scope: Scope) -> None:
         o = self.out
@@ -292,7 +290,7 @@ class Hoisting:
         is the helper's to the bit; the others fill the batch buffer and call the helper. Several
         (running ones only: they share no buffer) have their rollout loops fused where the
         scheduler allows; each keeps its own accumulators, so each adds in its own order."""
-        if len(nodes) > 1 and any(n.attr not in STREAMED for n in nodes):
+        if len(nodes) > 1 and any(n.attr not in BATCH_RUNNING for n in nodes):
             raise ShapecInternalError("lowering: batch reductions sharing the batch buffer in one loop")
         o = self.out
         o(self.note(", ".join(f"batch.{_reduction(n.attr)}" for n in nodes)))
@@ -313,18 +311,18 @@ class Hoisting:
         """(result, count, missing flag or None, selected value, running update or None), the
         running ones initialised; every name is the reduction's own, so loops can fuse."""
         o = self.out
-        stream = STREAMED.get(node.attr)
         name = self.fresh("b")
-        if stream is None:
+        if node.attr not in BATCH_RUNNING:
             o("kb = 0")
             return name, "kb", None, None, None
         count, value = self.fresh("b"), self.fresh("b")
+        init, update, _ = RUNNING[node.attr]
         o(f"{count} = 0")
-        o(f"{name} = {stream[0]}")
-        missing = self.fresh("b") if node.attr == "mean" else None
+        o(f"{name} = {init}")
+        missing = self.fresh("b") if node.attr in FLAGGED else None
         if missing:
-            o(f"{missing} = 0.0  " + self.note("1.0 once a selected value is missing"))
-        return name, count, missing, value, stream[1].format(acc=name, x=value)
+            o(f"{missing} = False  " + self.note("True once a selected value is missing"))
+        return name, count, missing, value, update.format(acc=name, x=value, k=count)
 
     def _breduce_group(self, node: Node, plan: tuple) -> None:
         o = self.out
@@ -343,13 +341,15 @@ class Hoisting:
                     o(f"{value} = {self.ex(arg, 'rollout', inner)}")
                     o(update)
                     if missing:
-                        o(f"{missing} = 1.0 if isnan({value}) else {missing}")
+                        o(f"{missing} = {missing} or isnan({value})")
                 o(f"{count} += 1")
 
     def _breduce_finish(self, node: Node, plan: tuple, scope: Scope) -> None:
         name, count, missing, _, update = plan
         if update is None:
             self.out(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
-        elif missing:  # red_mean: missing for an empty or unusable selection, else the sum over the count
-            self.out(f"{name} = nan if {count} == 0 or {missing} == 1.0 else {name} / {count}")
+        else:
+            done = RUNNING[node.attr][2].format(acc=name, k=count, missing=missing)
+            if done != name:
+                self.out(f"{name} = {done}")
         scope.names[self.key(node)] = name

@@ -41,6 +41,7 @@ class Sinking:
         """self.sunk: let name -> the clauses (lists of conjuncts, or-ed) under which it is computed."""
         ir = self.ir
         self.position = {s.name: k for k, s in enumerate(ir.steps)}
+        self.before_groups = {s.name for s in ir.batch_steps} | {name for name, _ in ir.channels}
         candidates = {s.name for s in ir.steps if s.kind in ("let", "gate") and s.expr is not None
                       and s.name not in self.metric_vars and s.name not in self.gate_index
                       and not (s.expr.ty.level == CONST and not s.expr.ty.items)}
@@ -97,8 +98,7 @@ class Sinking:
         or gate it reads comes before and is computed unconditionally."""
         if any(n.op in ("reduce", "breduce") for n in walk(cond)):
             return False
-        batch = {s.name for s in self.ir.batch_steps} | {name for name, _ in self.ir.channels}
-        return all(name in batch or (name not in sunk and self.position.get(name, at) < at)
+        return all(name in self.before_groups or (name not in sunk and self.position.get(name, at) < at)
                    for name in _var_refs((cond,)))
 
     def is_guarded(self, step: Step) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..ir import CONST, GROUP, PARAM, Node, Step
 from .emitter import Scope, walk
-from .reductions import STREAMED
+from .reductions import BATCH_RUNNING
 
 
 class Statements:
@@ -357,7 +357,7 @@ class Statements:
         streamed: dict[int, Node] = {}  # the metrics' running batch reductions, one pass for all
         for _, metric in self.ir.metrics:
             for n in walk(metric):
-                if (n.op == "breduce" and n.attr in STREAMED and self.key(n) not in batch.names
+                if (n.op == "breduce" and n.attr in BATCH_RUNNING and self.key(n) not in batch.names
                         and not any(c.op == "breduce" for a in n.args for c in walk(a))):
                     streamed.setdefault(self.key(n), n)
         if len(streamed) > 1:
