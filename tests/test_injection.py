@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import shapec
 from shapec.cli import main
 from shapec.compiler import build, lowering
-from shapec.compiler.build import Kernel
+from shapec.compiler.kernel import Kernel
 from shapec.compiler.lowering.names import ShapecInternalError
 from shapec.compiler.lowering.verify import verify
 from shapec.runtime.shaper import CompiledShaper

@@ -1,5 +1,5 @@
 """Generated kernel modules -> loaded kernels: the on-disk cache, numba's JIT, ahead-of-time
-extension builds (numba.pycc), and the argument recipe each kernel is called with."""
+extension builds (numba.pycc). The loaded kernels and their arguments are kernel.py's."""
 
 from __future__ import annotations
 
@@ -15,15 +15,13 @@ import platform
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from . import cache
 from .cache import cache_dir
 from .ir import PipelineIR, ShaperIR
-from .lowering import Arg, ShapecInternalError, StageLowering, _header, _lower_all
+from .kernel import Kernel
+from .lowering import ShapecInternalError, StageLowering, _header, _lower_all
 
 log = logging.getLogger("shapec")
 
@@ -295,109 +293,6 @@ def _aot_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLoweri
         raise ShapecInternalError(f"internal error: {so} is not the extension of {ir.name!r} ({err})") from err
 
 
-@dataclass
-class Kernel:
-    """One stage's compiled kernel with the recipe for its arguments."""
-
-    ir: ShaperIR
-    fn: object
-    args: tuple[Arg, ...]
-    parallel: bool = False
-    breakdown_always: bool = False  # a metric reads a term or factor: the kernel always stores them
-
-    def __post_init__(self):
-        ir = self.ir
-        self.lock = _PARALLEL_LOCK if self.parallel and _serial_calls() else contextlib.nullcontext()
-        self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
-        inputs = [a for a in self.args if not a.source.startswith("out") and a.source != "breakdown"]
-        states = tuple(s for s, _ in ir.states)
-        self._batch_getters = [(i, _getter(a, states)) for i, a in enumerate(inputs) if a.source != "params"]
-        self._param_slots = [(i, a.key) for i, a in enumerate(inputs) if a.source == "params"]
-        self._arity = len(inputs)
-        self._params_seen: tuple = (None, ())  # the last params dict and its arguments (param_arrays reuses dicts)
-
-    def arguments(self, batch, params: dict[str, np.ndarray], state: dict[str, float]) -> list:
-        """The kernel's input arguments; a params dict seen on the last call reuses its arrays."""
-        seen, prepared = self._params_seen
-        if seen is not params:
-            prepared = [(i, np.ascontiguousarray(np.stack([params[k] for k in keys]), dtype=np.float64))
-                        for i, keys in self._param_slots]
-            self._params_seen = (params, prepared)
-        values = [None] * self._arity
-        for i, get in self._batch_getters:
-            values[i] = get(batch, params, state)
-        for i, array in prepared:
-            values[i] = array
-        return values
-
-    def run(self, batch, params: dict[str, np.ndarray], state: dict[str, float], training: bool,
-            breakdown: bool = True):
-        from ..runtime.interp import StageOutput
-
-        ir = self.ir
-        n, G = batch.n, batch.groups
-        if not training:
-            skip = np.full(G, ir.skip_reasons.index("validation"), dtype=np.int64)
-            return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms} if breakdown else {},
-                               {f: np.ones(n) for f in ir.factors} if breakdown else {}, skip,
-                               {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
-        T, F, NG, M = self.sizes
-        keep = breakdown or self.breakdown_always
-        width = n if keep else 0
-        out, terms, factors = np.empty(n), np.empty((T, width)), np.empty((F, width))
-        skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
-        metrics = np.empty(M)
-        values = self.arguments(batch, params, state)
-        with self.lock:
-            state_out, bad_i, bad_g = self.fn(*values, keep, out, terms, factors, skip, gates, metrics)
-        if bad_i >= 0:
-            raise FloatingPointError(
-                f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
-                "guard the division or reduction that can be undefined")
-        return StageOutput(
-            out, dict(zip(ir.terms, terms)) if breakdown else {},
-            dict(zip(ir.factors, factors)) if breakdown else {}, skip,
-            dict(zip(ir.gate_reasons, gates)), {m: float(v) for (m, _), v in zip(ir.metrics, metrics)},
-            {s: float(v) for (s, _), v in zip(ir.states, state_out)})
-
-
-def _getter(a: Arg, states: tuple[str, ...]):
-    """A function (batch, params, state) -> this argument's array, contiguous and of its dtype."""
-    key = a.key
-    return {
-        "rewards": lambda b, p, s: _f64(b.rewards),
-        "env_rewards": lambda b, p, s: _f64(b.env_rewards if b.env_rewards is not None else b.rewards),
-        "offsets": lambda b, p, s: _i64(b.offsets),
-        "components": lambda b, p, s: _f64(b.components) if b.components is not None else _EMPTY,
-        "use_components": lambda b, p, s: b.components is not None,
-        "nthreads": lambda b, p, s: sys.modules["numba"].get_num_threads(),  # parallel kernels are JIT: loaded
-        "input": lambda b, p, s: _f64(b.inputs[key]),
-        "meta": lambda b, p, s: _f64(b.metas[key]),
-        "band": lambda b, p, s: _f64(b.bands[key]),
-        "list_offsets": lambda b, p, s: _i64(b.lists[key][0]),
-        "list_field": lambda b, p, s: _f64(b.lists[key[0]][1][key[1]]),
-        "state": lambda b, p, s: np.array([float(s[name]) for name in states], dtype=np.float64),
-    }[a.source]
-
-
-_EMPTY = np.zeros(0)
-
-
-def _f64(x) -> np.ndarray:
-    if type(x) is np.ndarray and x.dtype == _F64 and x.flags.c_contiguous:
-        return x
-    return np.ascontiguousarray(x, dtype=np.float64)
-
-
-def _i64(x) -> np.ndarray:
-    if type(x) is np.ndarray and x.dtype == _I64 and x.flags.c_contiguous:
-        return x
-    return np.ascontiguousarray(x, dtype=np.int64)
-
-
-_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
-
-
 def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kernel]:
     """Generate, cache, import and compile the kernels of a shaper (one) or pipeline (one per stage).
 
@@ -474,9 +369,6 @@ def _forget(path: Path) -> None:
     sys.modules.pop(f"shapec_kernels_{path.stem}", None)
 
 
-_PARALLEL_LOCK = threading.Lock()
-
-
 def fork_safe_threading() -> None:
     """Parallel kernels run on a threading layer that survives fork(): tbb when installed, else
     numba's workqueue (GNU OpenMP kills a child forked after it ran). NUMBA_THREADING_LAYER, when
@@ -486,10 +378,3 @@ def fork_safe_threading() -> None:
     if os.environ.get("NUMBA_THREADING_LAYER") or numba.config.THREADING_LAYER not in ("default", ""):
         return
     numba.config.THREADING_LAYER = "tbb" if importlib.util.find_spec("tbb") else "workqueue"
-
-
-def _serial_calls() -> bool:
-    """workqueue aborts the process when two threads launch parallel kernels at once: serialise them."""
-    import numba
-
-    return numba.config.THREADING_LAYER == "workqueue"

@@ -14,9 +14,10 @@ import numpy as np
 
 from ..compiler.ir import PipelineIR, ShaperIR
 from .batch import Batch, make_batch
+from .fastlane import FastLane
 from .interp import Interpreter, StageOutput
 from .params import ParamError, mapping_of_params, param_arrays, params_model
-from .validate import BatchError, is_finite_number, numeric, show
+from .validate import BatchError, compiled_checks, is_finite_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -161,10 +162,13 @@ class CompiledShaper:
         self._metas = tuple({m.name: m for s, _ in self.stages for m in s.metas}.values())
         self._warned: set[str] = set()
         self._kernels = None
+        self._lane = None  # the call on arrays in kernel form (fastlane.py), for a shaper (not a pipeline)
         if backend == "numba":
             from ..compiler.build import load_kernels
 
             self._kernels = load_kernels(ir, self.parallel)
+            if not self.is_pipeline and compiled_checks() is not None:
+                self._lane = FastLane(self, self._kernels[0])
 
     @property
     def name(self) -> str:
@@ -264,6 +268,10 @@ class CompiledShaper:
         `rewards`), for a call whose rewards were already shaped elsewhere, such as an advantage
         stage run on its own. `breakdown=False` leaves every stage's `terms` and `factors` empty:
         the kernel then never stores them, which a trainer that only reads the rewards saves."""
+        if self._lane is not None and training and reward_components is None and env_rewards is None:
+            result = self._lane(rewards, group_size, offsets, channels, metadata, params, breakdown)
+            if result is not None:
+                return result
         batch = make_batch(
             None, rewards, group_size=group_size, offsets=offsets, channels=channels, metadata=metadata,
             reward_components=reward_components, inputs_needed=self._inputs, metas_needed=self._metas,
@@ -290,14 +298,19 @@ class CompiledShaper:
             out = self._run(i, ir, stage_batch, arrays[i], training, breakdown)
             if training:
                 self._state[ir.name] = dict(out.state)
-            result.stages.append(StageResult(
-                ir.name, current, out.rewards, out.terms, out.factors, out.skip_codes, ir.skip_reasons,
-                out.gate_codes, ir.gate_reasons, out.metrics,
-            ))
-            self._warn_non_binary(ir, out)
+            result.stages.append(self._stage_result(ir, current, out))
             current = out.rewards
         result.rewards = current
         return result
+
+    def _stage_result(self, ir: ShaperIR, reward_in: np.ndarray, out: StageOutput) -> StageResult:
+        self._warn_non_binary(ir, out)
+        return StageResult(ir.name, reward_in, out.rewards, out.terms, out.factors, out.skip_codes, ir.skip_reasons,
+                           out.gate_codes, ir.gate_reasons, out.metrics)
+
+    def _one_stage_result(self, ir: ShaperIR, reward_in: np.ndarray, offsets: np.ndarray,
+                          out: StageOutput) -> Result:
+        return Result(out.rewards, offsets, [self._stage_result(ir, reward_in, out)])
 
     def _run(self, i: int, ir: ShaperIR, batch: Batch, params, training, breakdown: bool) -> StageOutput:
         state = self._state[ir.name]

@@ -34,6 +34,11 @@ def compiled_checks_loaded() -> bool:
     return _FAST is not None
 
 
+def compiled_checks():
+    """The compiled one-pass checks (runtime/fastcheck.py's functions), or None."""
+    return _FAST
+
+
 def _fast_1d(arr: np.ndarray) -> bool:
     return _FAST is not None and arr.dtype == _F64 and arr.ndim == 1 and arr.flags.c_contiguous
 

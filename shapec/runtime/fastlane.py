@@ -1,0 +1,212 @@
+"""The call on arrays already in kernel form, planned once per compiled shaper.
+
+A training loop calls its shaper every step with the same kinds of arguments: float64 arrays,
+a group size, metadata as columns. The general path (batch.py) accepts every form a user may
+pass and costs a hundred Python steps on a small batch, more than the kernel. This lane takes
+only the kernel's own forms, tests them with attribute checks, lets the compiled one-pass checks
+of fastcheck.py judge the values, and hands the kernel the arrays the general path would have
+built. Anything else (a list, rows of dicts, an unknown key, a value a check does not pass)
+makes it step aside, and the general path runs: it builds the same arrays or raises the error
+that names the field and the index. So the lane never words an error and never decides on its
+own what is valid; tests/test_fastlane.py holds it to the general path bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..compiler.ir import UNITS, ShaperIR
+from ..compiler.kernel import EMPTY
+from .params import param_arrays
+from .validate import compiled_checks
+
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
+
+
+class _Aside(Exception):
+    """Not a form the lane takes: the general path decides."""
+
+
+def _vector(value, length: int, dtype: np.dtype) -> np.ndarray:
+    """A contiguous 1-d array of exactly this dtype and length, as it is: kernels never write their
+    inputs, and an ahead-of-time kernel reads any array it is given as contiguous."""
+    if (type(value) is not np.ndarray or value.dtype != dtype or value.ndim != 1 or len(value) != length
+            or not value.flags.c_contiguous):
+        raise _Aside
+    return value
+
+
+class FastLane:
+    """One stage's call on canonical arrays; `__call__` returns None when the general path must run."""
+
+    def __init__(self, shaper, kernel):
+        self.shaper, self.kernel = shaper, kernel
+        ir: ShaperIR = kernel.ir
+        self.ir = ir
+        self.checks = compiled_checks()
+        slot = {(a.source, a.key): i for i, a in enumerate(kernel.inputs)}  # None: the kernel does not read it
+        self.width = len(kernel.inputs)
+        self.fixed = [(slot[k, None], k) for k in ("rewards", "env_rewards", "offsets", "components", "use_components")]
+        self.inputs = [(name, typ in UNITS, typ == "int", typ == "bool", slot["input", name]) for name, typ in ir.inputs]
+        self.metas = []
+        for m in ir.metas:
+            if m.kind == "scalar":
+                self.metas.append((m.name, m.kind, _column(slot, m.name, m.type)))
+            elif m.kind == "record":
+                self.metas.append((m.name, m.kind, (frozenset(f for f, _ in m.fields),
+                                                    [(f, *_column(slot, f"{m.name}.{f}", t)) for f, t in m.fields])))
+            else:
+                self.metas.append((m.name, m.kind, (slot.get(("list_offsets", m.name)),
+                                                    [(f, t in UNITS, t == "int", slot.get(("list_field", (m.name, f))))
+                                                     for f, t in m.fields])))
+        self.states = tuple(s for s, _ in ir.states)
+        self.state_slot = slot.get(("state", None))
+        self.thread_slot = slot.get(("nthreads", None))
+        self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
+
+    def __call__(self, rewards, group_size, offsets, channels, metadata, params, breakdown: bool):
+        values = [None] * self.width
+        try:
+            n, G, arrays = self._gather(values, rewards, group_size, offsets, channels, metadata, params)
+        except _Aside:
+            return None
+        for i, array in self.kernel.param_values(arrays):
+            values[i] = array
+        if self.thread_slot is not None:
+            import numba
+
+            values[self.thread_slot] = numba.get_num_threads()
+        shaper = self.shaper
+        with shaper._lock:
+            if self.state_slot is not None:
+                state = shaper._state[self.ir.name]
+                values[self.state_slot] = np.array([float(state[s]) for s in self.states])
+            out = self.kernel.call(values, n, G, breakdown)
+            shaper._state[self.ir.name] = dict(out.state)
+        return shaper._one_stage_result(self.ir, values[self.fixed[0][0]], values[self.fixed[2][0]], out)
+
+    def _gather(self, values: list, rewards, group_size, offsets, channels, metadata, params):
+        """Fill the kernel's batch arguments in `values`; (n, G, param arrays)."""
+        if self.checks is None or type(rewards) is not np.ndarray:
+            raise _Aside
+        clean = self.checks.clean_values
+        n = len(rewards)
+        r = _vector(rewards, n, _F64).copy()  # the result hands it back as the stage's reward_in
+        if n == 0 or not clean(r, False, False, False):
+            raise _Aside
+        off = self._group_offsets(n, group_size, offsets)
+        G = len(off) - 1
+        for (i, _), v in zip(self.fixed, (r, r, off, EMPTY, False)):
+            values[i] = v
+        if channels is None:
+            channels = {}
+        elif type(channels) is not dict:
+            raise _Aside
+        for name, nonneg, whole, boolean, i in self.inputs:
+            arr = _vector(channels.get(name), n, _F64)
+            if not clean(arr, nonneg, False, whole):
+                raise _Aside
+            values[i] = (arr != 0).astype(np.float64) if boolean else arr
+        if metadata is None:
+            metadata = {}
+        elif type(metadata) is not dict:
+            raise _Aside
+        for name, kind, plan in self.metas:
+            value = metadata.get(name)
+            if kind == "scalar":
+                self._field(values, *plan, value, G)
+            elif kind == "record":
+                self._record(values, *plan, value, G)
+            else:
+                self._list(values, *plan, value, G)
+        if params is None:
+            params = {}
+        elif type(params) is not dict:
+            raise _Aside
+        try:  # an error here is the general path's to word (with its own `where`)
+            arrays = param_arrays(self.ir, params, G)
+        except Exception:
+            raise _Aside from None
+        return n, G, arrays
+
+    def _group_offsets(self, n: int, group_size, offsets) -> np.ndarray:
+        if offsets is None:
+            if type(group_size) is not int or group_size <= 0 or n % group_size:
+                raise _Aside
+            template = self._offsets.get((n, group_size))
+            if template is None:
+                template = np.arange(0, n + 1, group_size, dtype=np.int64)
+                self._offsets[n, group_size] = template
+            return template.copy()  # the result hands its offsets to the caller
+        if group_size is not None or type(offsets) is not np.ndarray or offsets.dtype != _I64 or offsets.ndim != 1:
+            raise _Aside
+        off = offsets.copy()
+        if not self.checks.clean_offsets(off, n):
+            raise _Aside
+        return off
+
+    def _field(self, values: list, band: bool, nonneg: bool, whole: bool, i, value, G: int) -> None:
+        """A scalar metadata column (NaN: missing for that group) or a band column, as batch._load_field."""
+        if band:
+            if value is None:
+                table = np.full((G, 4), math.nan)
+                table[:, 3] = 0.0
+            elif (type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 2 and value.shape[0] == G
+                  and value.shape[1] in (3, 4) and value.flags.c_contiguous):
+                table = np.empty((G, 4))
+                if not self.checks.band_rows(value, table):
+                    raise _Aside
+            else:
+                raise _Aside
+        elif value is None:
+            table = np.full(G, math.nan)
+        else:
+            table = _vector(value, G, _F64)
+            if not self.checks.clean_values(table, nonneg, True, whole):
+                raise _Aside
+        if i is not None:
+            values[i] = table
+
+    def _record(self, values: list, keys: frozenset, fields: list, value, G: int) -> None:
+        if value is None:
+            value = {}
+        elif type(value) is not dict or not keys.issuperset(value):
+            raise _Aside
+        for fname, *plan in fields:
+            self._field(values, *plan, value.get(fname), G)
+
+    def _list(self, values: list, offsets_slot, fields: list, value, G: int) -> None:
+        """List metadata in its flat form {"offsets": (G+1,) int64, field: values}, or None (no items)."""
+        if value is None:
+            if offsets_slot is not None:
+                values[offsets_slot] = np.zeros(G + 1, dtype=np.int64)
+            for *_, i in fields:
+                if i is not None:
+                    values[i] = np.zeros(0)
+            return
+        if type(value) is not dict or len(value) != len(fields) + 1 or "offsets" not in value:
+            raise _Aside
+        clean = self.checks.clean_values
+        total = None
+        for fname, nonneg, whole, i in fields:
+            column = value.get(fname)
+            if total is None and type(column) is np.ndarray:
+                total = len(column)
+            arr = _vector(column, total, _F64)
+            if not clean(arr, nonneg, False, whole):
+                raise _Aside
+            if i is not None:
+                values[i] = arr
+        off = _vector(value["offsets"], G + 1, _I64)
+        if not self.checks.clean_offsets(off, total):
+            raise _Aside
+        if offsets_slot is not None:
+            values[offsets_slot] = off
+
+
+def _column(slot: dict, path: str, typ: str) -> tuple:
+    """(band?, non-negative?, whole?, kernel slot) of a metadata column."""
+    source = "band" if typ == "band" else "meta"
+    return (typ == "band", typ in UNITS, typ == "int", slot.get((source, path)))

@@ -1,0 +1,283 @@
+"""The fast lane (runtime/fastlane.py) is the general call path, only sooner: on arrays in kernel
+form, and on every variant of them a user may pass (wrong dtypes, lengths and layouts, bad
+values anywhere, unknown keys, other mapping types, rows instead of columns, per-group params),
+a shaper with the lane gives bit for bit what the same shaper without it gives: the same rewards,
+breakdown, codes, metrics and state, or the same error."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import shapec
+from shapec.runtime import shaper as shaper_module
+
+from .test_differential import EVERY_CONSTRUCT
+
+UNREAD = """
+shaper unread(w: float = 0.5, n_max: int >= 1 = 3) requires binary {
+  input steps: int
+  input secs: seconds
+  meta budget: tokens
+  meta cap: int
+  meta note: {size: float, tier: int}
+  meta spare: list(v: float)
+  gate right = reward > 0
+  term short = -w * float(steps) / n_max on right when budget > 0
+  clamp >= 0
+}
+"""
+
+SPECS = {
+    "every": (EVERY_CONSTRUCT, "generated_all"),
+    "unread": (UNREAD, "unread"),
+    "nemo_rl": (None, "length_penalty"),
+}
+
+
+def pair(name: str):
+    """The same shaper twice: with its lane, and with the lane turned off."""
+    source, shaper = SPECS[name]
+    build = ((lambda: shapec.load("nemo_rl", backend="numba").length_penalty) if source is None
+             else (lambda: shapec.compile_str(source, f"{shaper}.shape", "numba")[shaper]))
+    fast, slow = build(), build()
+    assert fast._lane is not None
+    slow._lane = None
+    return fast, slow
+
+
+@pytest.fixture(scope="module", params=list(SPECS))
+def shapers(request):
+    return request.param, pair(request.param)
+
+
+def canonical(ir, rng: np.random.Generator, G: int, k: int) -> dict:
+    """A call in the lane's own forms: float64 columns, (G, 3) band tables, flat lists."""
+    n = G * k
+    channels = {}
+    for name, typ in ir.inputs:
+        if typ == "bool":
+            channels[name] = rng.choice([0.0, 1.0, 2.0], n)
+        elif typ == "float":
+            channels[name] = rng.normal(0, 3, n)
+        else:
+            channels[name] = rng.integers(0, 60, n).astype(np.float64)
+    metadata = {}
+    for m in ir.metas:
+        if m.kind == "scalar":
+            metadata[m.name] = column(rng, m.type, G)
+        elif m.kind == "record":
+            metadata[m.name] = {f: column(rng, t, G) for f, t in m.fields if rng.random() < 0.85}
+        else:
+            sizes = rng.integers(0, 4, G)
+            off = np.zeros(G + 1, np.int64)
+            off[1:] = np.cumsum(sizes)
+            metadata[m.name] = {"offsets": off, **{f: column(rng, t, int(off[-1]), missing=False)
+                                                   for f, t in m.fields}}
+    rewards = (rng.random(n) < 0.5).astype(np.float64)
+    if rng.random() < 0.2:
+        rewards[: k] = 0.5  # a graded group
+    return {"rewards": rewards, "group_size": k, "channels": channels, "metadata": metadata}
+
+
+def column(rng: np.random.Generator, typ: str, length: int, missing: bool = True) -> np.ndarray:
+    if typ == "band":
+        a = rng.integers(0, 40, length).astype(np.float64)
+        table = np.stack([a, a + rng.integers(1, 30, length), rng.choice([0.0, 0.5, 1.0], length)], axis=1)
+        table[rng.random(length) < 0.3] = np.nan
+        return table
+    values = (rng.choice([0.0, 1.0], length) if typ == "bool" else rng.integers(0, 50, length).astype(np.float64))
+    if missing:
+        values[rng.random(length) < 0.2] = np.nan
+    return values
+
+
+BAD_VALUES = [np.nan, np.inf, -np.inf, -1.0, 2.5, 1e308]
+
+
+def perturb(call: dict, rng: np.random.Generator, how: str) -> dict:
+    """One variant of a canonical call: another form of the same data, or a bad value."""
+    call = {**call, **{key: dict(call[key]) for key in ("channels", "metadata") if type(call[key]) is dict}}
+    bad = BAD_VALUES[int(rng.integers(len(BAD_VALUES)))]
+    pick = lambda d: list(d)[int(rng.integers(len(d)))] if d else None  # noqa: E731
+    if how == "rewards":
+        r = np.array(call["rewards"], dtype=np.float64)
+        r[int(rng.integers(len(r)))] = bad
+        call["rewards"] = r
+    elif how == "rewards_form":
+        r = np.array(call["rewards"], dtype=np.float64)
+        call["rewards"] = [r.astype(np.float32), r.tolist(), np.repeat(r, 2)[::2], r.astype(np.int64)][int(rng.integers(4))]
+    elif how == "channel" and type(call["channels"]) is dict and call["channels"]:
+        name = pick(call["channels"])
+        arr = np.array(call["channels"][name], dtype=np.float64).ravel()
+        if len(arr):
+            arr[int(rng.integers(len(arr)))] = bad
+        call["channels"][name] = arr
+    elif how == "channel_form" and type(call["channels"]) is dict and call["channels"]:
+        name = pick(call["channels"])
+        arr = np.array(call["channels"][name], dtype=np.float64).ravel()
+        call["channels"][name] = [arr.tolist(), arr[:-1], arr.astype(np.int32), None, np.repeat(arr, 2)[::2],
+                                  arr.reshape(1, -1)][int(rng.integers(6))]
+        if rng.random() < 0.2:
+            del call["channels"][name]
+    elif how == "meta" and type(call["metadata"]) is dict and call["metadata"]:
+        call["metadata"][pick(call["metadata"])] = bad_meta(call["metadata"][pick(call["metadata"])], rng, bad)
+    elif how == "group" and type(call.get("group_size")) is int and call.get("offsets") is None:
+        choice = int(rng.integers(5))
+        n = len(call["rewards"])
+        if choice == 0:
+            call["group_size"] = np.int64(call["group_size"])
+        elif choice == 1:
+            call["offsets"] = np.arange(0, n + 1, call["group_size"], dtype=np.int64)
+            call["group_size"] = None
+        elif choice == 2:
+            call["offsets"] = np.arange(0, n + 1, dtype=np.int64)
+        elif choice == 3:
+            call["group_size"] = None
+            call["offsets"] = np.array([0, n + 1], np.int64)
+        else:
+            call["group_size"] = True
+    elif how == "mappings":
+        key = ["channels", "metadata"][int(rng.integers(2))]
+        call[key] = types.MappingProxyType(call[key]) if rng.random() < 0.7 and call[key] is not None else None
+    return call
+
+
+def bad_meta(value, rng: np.random.Generator, bad: float):
+    if isinstance(value, dict) and "offsets" in value:
+        value = dict(value)
+        choice = int(rng.integers(5))
+        if choice == 0:
+            value["offsets"] = value["offsets"][::-1].copy()
+        elif choice == 1:
+            value["extra"] = value["offsets"]
+        elif choice == 2:
+            value["offsets"] = value["offsets"].astype(np.float64)
+        elif choice == 3:
+            fld = [k for k in value if k != "offsets"][0]
+            value[fld] = np.append(value[fld], bad)
+        else:
+            return [None] * (len(value["offsets"]) - 1)
+        return value
+    if isinstance(value, dict):
+        value = dict(value)
+        if not value or rng.random() < 0.3:
+            value["bogus"] = np.zeros(3)
+        else:
+            fld = list(value)[int(rng.integers(len(value)))]
+            value[fld] = bad_meta(value[fld], rng, bad)
+        return value
+    arr = np.array([np.nan if v is None else v for v in value] if isinstance(value, list) else value, dtype=np.float64)
+    if arr.ndim == 2 and arr.shape[0]:  # a band table
+        g = int(rng.integers(arr.shape[0]))
+        arr[g] = [[5.0, 1.0, 0.5], [np.nan, 1.0, 0.5], [1.0, 2.0, 1.5], [bad, 3.0, 0.5]][int(rng.integers(4))]
+        return arr if rng.random() < 0.8 else np.concatenate([arr, np.ones((len(arr), 1))], axis=1)
+    if arr.ndim != 1 or not len(arr):
+        return arr
+    arr[int(rng.integers(len(arr)))] = bad
+    return arr if rng.random() < 0.8 else arr.tolist()
+
+
+def params_for(ir, rng: np.random.Generator, G: int) -> dict | None:
+    if rng.random() < 0.3:
+        return None
+    out = {}
+    for spec in ir.params:
+        if rng.random() < 0.4 and spec.kind in ("float", "int"):
+            lo = spec.lo if spec.lo is not None else 0
+            value = lo + float(rng.integers(0, 3)) if spec.kind == "float" else int(lo) + int(rng.integers(0, 3))
+            out[spec.name] = value
+        elif rng.random() < 0.2 and spec.kind == "bool":
+            out[spec.name] = bool(rng.random() < 0.5)
+    if out and rng.random() < 0.2:
+        name = list(out)[0]
+        out[name] = [out[name]] * G  # per-group
+    if rng.random() < 0.1:
+        out["not_a_param"] = 1
+    return out
+
+
+def outcome(shaper, call: dict, params, breakdown: bool):
+    try:
+        return shaper(call["rewards"], group_size=call.get("group_size"), offsets=call.get("offsets"),
+                      channels=call["channels"], metadata=call["metadata"], params=params, breakdown=breakdown)
+    except Exception as err:  # noqa: BLE001 - the error is part of what must agree
+        return err
+
+
+def same(a, b, what: str) -> None:
+    a, b = np.asarray(a), np.asarray(b)
+    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), what
+
+
+def assert_same(a, b) -> None:
+    if isinstance(a, Exception) or isinstance(b, Exception):
+        assert type(a) is type(b) and str(a) == str(b), (a, b)
+        return
+    same(a.rewards, b.rewards, "rewards")
+    same(a.offsets, b.offsets, "offsets")
+    assert len(a.stages) == len(b.stages) == 1
+    sa, sb = a.stages[0], b.stages[0]
+    same(sa.reward_in, sb.reward_in, "reward_in")
+    same(sa.skip_codes, sb.skip_codes, "skip codes")
+    for what in ("terms", "factors", "gate_codes"):
+        da, db = getattr(sa, what), getattr(sb, what)
+        assert list(da) == list(db), what
+        for k in da:
+            same(da[k], db[k], f"{what}[{k}]")
+    assert list(sa.metrics) == list(sb.metrics)
+    same(list(sa.metrics.values()), list(sb.metrics.values()), "metrics")
+
+
+HOW = ["none", "none", "rewards", "rewards_form", "channel", "channel_form", "meta", "meta", "group", "mappings"]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), G=st.integers(1, 5), k=st.integers(1, 4),
+       how=st.lists(st.sampled_from(HOW), min_size=1, max_size=3), breakdown=st.booleans())
+def test_the_lane_gives_what_the_general_path_gives(shapers, seed, G, k, how, breakdown):
+    _, (fast, slow) = shapers
+    rng = np.random.default_rng(seed)
+    call = canonical(fast.ir, rng, G, k)
+    for h in how:
+        call = perturb(call, rng, h)
+    params = params_for(fast.ir, rng, G)
+    state = {s: {name: float(rng.integers(0, 3)) / 2 for name in v} for s, v in fast.state_dict().items()}
+    if state:
+        fast.load_state_dict(state)
+        slow.load_state_dict(state)
+    assert_same(outcome(fast, call, params, breakdown), outcome(slow, call, params, breakdown))
+    assert fast.state_dict() == slow.state_dict()
+
+
+def test_the_lane_takes_canonical_arrays_and_steps_aside_for_other_forms(shapers, monkeypatch):
+    """Canonical arrays never reach batch.make_batch; a list, a row of dicts or a bad value does."""
+    _, (fast, _) = shapers
+    call = canonical(fast.ir, np.random.default_rng(3), 3, 4)
+    built = []
+    real = shaper_module.make_batch
+    monkeypatch.setattr(shaper_module, "make_batch", lambda *a, **kw: built.append(1) or real(*a, **kw))
+    outcome(fast, call, None, True)
+    assert built == []
+    listed = {**call, "rewards": call["rewards"].tolist()}
+    assert not isinstance(outcome(fast, listed, None, True), Exception)
+    assert built == [1]
+    bad = {**call, "rewards": np.where(call["rewards"] > 0, np.nan, 0.0)}
+    assert "rewards: NaN at index" in str(outcome(fast, bad, None, True))
+    assert built == [1, 1]
+
+
+def test_the_lane_result_does_not_alias_the_callers_rewards(shapers):
+    _, (fast, _) = shapers
+    call = canonical(fast.ir, np.random.default_rng(4), 2, 3)
+    result = outcome(fast, call, None, True)
+    before = result.stages[0].reward_in.copy()
+    call["rewards"][:] = 7.0
+    assert result.stages[0].reward_in.tobytes() == before.tobytes()
+    result.offsets[:] = 0  # the caller's own copy: the next call's groups are not changed by it
+    again = outcome(fast, {**call, "rewards": before}, None, True)
+    assert again.offsets.tolist() == list(range(0, 7, 3))
