@@ -110,7 +110,8 @@ def perturb(call: dict, rng: np.random.Generator, how: str) -> dict:
         call["rewards"] = r
     elif how == "rewards_form":
         r = np.array(call["rewards"], dtype=np.float64)
-        call["rewards"] = [r.astype(np.float32), r.tolist(), np.repeat(r, 2)[::2], r.astype(np.int64)][int(rng.integers(4))]
+        call["rewards"] = [r.astype(np.float32), r.tolist(), np.repeat(r, 2)[::2], r.astype(np.int64),
+                           read_only(r)][int(rng.integers(5))]
     elif how == "channel" and type(call["channels"]) is dict and call["channels"]:
         name = pick(call["channels"])
         arr = np.array(call["channels"][name], dtype=np.float64).ravel()
@@ -121,7 +122,7 @@ def perturb(call: dict, rng: np.random.Generator, how: str) -> dict:
         name = pick(call["channels"])
         arr = np.array(call["channels"][name], dtype=np.float64).ravel()
         call["channels"][name] = [arr.tolist(), arr[:-1], arr.astype(np.int32), None, np.repeat(arr, 2)[::2],
-                                  arr.reshape(1, -1)][int(rng.integers(6))]
+                                  arr.reshape(1, -1), read_only(arr)][int(rng.integers(7))]
         if rng.random() < 0.2:
             del call["channels"][name]
     elif how == "meta" and type(call["metadata"]) is dict and call["metadata"]:
@@ -145,6 +146,12 @@ def perturb(call: dict, rng: np.random.Generator, how: str) -> dict:
         key = ["channels", "metadata"][int(rng.integers(2))]
         call[key] = types.MappingProxyType(call[key]) if rng.random() < 0.7 and call[key] is not None else None
     return call
+
+
+def read_only(arr: np.ndarray) -> np.ndarray:
+    arr = arr.copy()
+    arr.setflags(write=False)
+    return arr
 
 
 def bad_meta(value, rng: np.random.Generator, bad: float):
@@ -281,3 +288,19 @@ def test_the_lane_result_does_not_alias_the_callers_rewards(shapers):
     result.offsets[:] = 0  # the caller's own copy: the next call's groups are not changed by it
     again = outcome(fast, {**call, "rewards": before}, None, True)
     assert again.offsets.tolist() == list(range(0, 7, 3))
+
+
+def test_read_only_arrays_take_the_general_path_on_jit_kernels(monkeypatch):
+    """A JIT kernel handed a read-only array compiles a version its group function's signature refuses
+    (a TypingError, not a result): the lane leaves such arrays to the general path, which copies them."""
+    monkeypatch.setenv("SHAPEC_AOT", "0")
+    source = "shaper ro(w: float = 0.5) requires binary {\n  input x: tokens\n  meta cap: float\n" \
+             "  gate right = reward > 0\n  term t = -w * float(x) / (cap ?? 10) on right\n  clamp >= 0\n}\n"
+    fast = shapec.compile_str(source, "ro.shape", "numba").ro
+    assert fast._lane is not None
+    rewards, x, cap = read_only(np.array([1.0, 0.0, 1.0, 1.0])), read_only(np.array([3.0, 4.0, 5.0, 0.0])), \
+        read_only(np.array([20.0, np.nan]))
+    result = fast(rewards, group_size=2, channels={"x": x}, metadata={"cap": cap})
+    fast._lane = None
+    assert_same(result, fast(rewards, group_size=2, channels={"x": x}, metadata={"cap": cap}))
+    assert result.rewards.tolist() == [0.925, 0.0, 0.75, 1.0]

@@ -29,11 +29,17 @@ class _Aside(Exception):
     """Not a form the lane takes: the general path decides."""
 
 
+def _plain(value, dtype: np.dtype, ndim: int) -> bool:
+    """An array of the very type the general path's copies have: this dtype and rank, C-contiguous
+    and writable (an ahead-of-time kernel reads any array as contiguous; a JIT one compiles a new
+    version for a read-only array, which its group function's fixed signature then refuses)."""
+    return (type(value) is np.ndarray and value.dtype == dtype and value.ndim == ndim
+            and value.flags.c_contiguous and value.flags.writeable)
+
+
 def _vector(value, length: int, dtype: np.dtype) -> np.ndarray:
-    """A contiguous 1-d array of exactly this dtype and length, as it is: kernels never write their
-    inputs, and an ahead-of-time kernel reads any array it is given as contiguous."""
-    if (type(value) is not np.ndarray or value.dtype != dtype or value.ndim != 1 or len(value) != length
-            or not value.flags.c_contiguous):
+    """A plain 1-d array of this length, as it is: kernels never write their inputs."""
+    if not _plain(value, dtype, 1) or len(value) != length:
         raise _Aside
     return value
 
@@ -140,7 +146,7 @@ class FastLane:
                 template = np.arange(0, n + 1, group_size, dtype=np.int64)
                 self._offsets[n, group_size] = template
             return template.copy()  # the result hands its offsets to the caller
-        if group_size is not None or type(offsets) is not np.ndarray or offsets.dtype != _I64 or offsets.ndim != 1:
+        if group_size is not None or not _plain(offsets, _I64, 1):
             raise _Aside
         off = offsets.copy()
         if not self.checks.clean_offsets(off, n):
@@ -153,8 +159,7 @@ class FastLane:
             if value is None:
                 table = np.full((G, 4), math.nan)
                 table[:, 3] = 0.0
-            elif (type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 2 and value.shape[0] == G
-                  and value.shape[1] in (3, 4) and value.flags.c_contiguous):
+            elif _plain(value, _F64, 2) and value.shape[0] == G and value.shape[1] in (3, 4):
                 table = np.empty((G, 4))
                 if not self.checks.band_rows(value, table):
                     raise _Aside
