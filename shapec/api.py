@@ -8,6 +8,7 @@ from typing import Iterator
 from .compiler.check import CheckedModule, check_module
 from .compiler.imports import STDLIB, Target, resolve, target_span
 from .helptext import documented
+from .paths import path_kind
 from .syntax.parser import parse
 from .syntax.source import Diagnostic, ShapeError, Span
 
@@ -156,7 +157,7 @@ def compile_file(path: str | Path, backend: str | None = None, parallel: bool | 
 def load(name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
     """A stdlib module by name, e.g. load("nemo_rl")."""
     path = STDLIB / f"{name}.shape"
-    if not name.isidentifier() or not path.is_file():
+    if not name.isidentifier() or path_kind(path) != "file":
         known = sorted(p.stem for p in STDLIB.glob("*.shape"))
         raise KeyError(f"no stdlib module {name!r}; available: {', '.join(known)}")
     return compile_file(path, backend, parallel)

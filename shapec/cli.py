@@ -114,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         for d in err.diagnostics:
             print(d.render(), file=sys.stderr)
         return 1
+    except OSError as err:  # a path the file system refuses past the commands' own checks: an error, not a traceback
+        where = f"{err.filename}: " if err.filename is not None else ""
+        print(f"shapec: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -141,3 +141,18 @@ def test_spec_without_a_file_imports_from_the_current_directory_tree(tree, monke
     assert check_source(f'import "lib/helpers.shape"\n{BODY}') == []
     [d] = check_source(f'import "../outside/secret.shape"\n{BODY}')
     assert d.code == "E210" and SECRET not in d.render()
+
+
+@pytest.mark.parametrize("how", ["stdlib", "path", "folder"])
+def test_a_name_too_long_for_the_file_system_is_a_coded_diagnostic(tree, how):
+    """pathlib's is_file() and exists() raise for a name the file system refuses (ENAMETOOLONG):
+    the import must still end in a diagnostic with its caret, never an exception."""
+    long = "d" + "1" * 400 + "apo"
+    target = {"stdlib": long, "path": json.dumps(long + ".shape"), "folder": json.dumps(f"{long}/x.shape")}[how]
+    spec = tree / "main.shape"
+    spec.write_text(f"import {target}\n{BODY}")
+    [d] = check_file(spec)
+    assert (d.code, d.location()[:2]) == (("E205" if how == "stdlib" else "E211"), (1, 8)), d.message
+    assert how == "stdlib" or "File name too long" in d.message
+    [d2] = check_source(f"import {target}\n{BODY}", "fuzz.shape")
+    assert d2.code == d.code

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
+from ..paths import path_kind
 from ..syntax.source import Diagnostic, Span
 
 STDLIB = Path(__file__).resolve().parents[1] / "stdlib"
@@ -59,7 +60,7 @@ def resolve(target: str, is_path: bool, folder: Path, root: Path, span: Span) ->
         found = _inside(path, STDLIB, target, at)
         if isinstance(found, Diagnostic):
             return found
-        if not found.is_file():
+        if path_kind(found) != "file":  # missing, or a name no module can have (too long for the system)
             known = ", ".join(sorted(p.stem for p in STDLIB.glob("*.shape")))
             return Diagnostic("E205", f"no stdlib module {target!r}; available: {known}", at)
         return _read(path, found, STDLIB, target, at)
@@ -74,9 +75,14 @@ def resolve(target: str, is_path: bool, folder: Path, root: Path, span: Span) ->
     found = _inside(path, root, target, at)
     if isinstance(found, Diagnostic):
         return found
-    if not found.exists():
+    kind = path_kind(found)
+    if kind == "missing":
         return Diagnostic("E205", f"cannot import {target!r}: no such file", at)
+    if kind != "file":  # a folder, a FIFO that would block, a device; or a name the system refuses
+        reason = "not a regular file" if kind in ("dir", "other") else kind
+        return Diagnostic("E211", f"cannot import {target!r}: {reason}", at)
     return _read(path, found, root, target, at)
+
 
 
 def _inside(path: Path, root: Path, target: str, at: Span) -> Path | Diagnostic:
@@ -93,8 +99,7 @@ def _inside(path: Path, root: Path, target: str, at: Span) -> Path | Diagnostic:
 
 
 def _read(path: Path, real: Path, root: Path, target: str, at: Span) -> Target | Diagnostic:
-    if not real.is_file():  # a folder, a FIFO that would block, a device
-        return Diagnostic("E211", f"cannot import {target!r}: not a regular file", at)
+    """The text of a regular file (its callers have looked)."""
     try:
         text = real.read_bytes().decode("utf-8")
     except OSError as err:

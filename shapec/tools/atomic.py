@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from ..paths import path_kind
 from .spec import ToolError
 
 TMP_MARK = ".shapec-tmp-"
@@ -44,15 +45,19 @@ def reason_of(err: OSError) -> str:
 
 def check_destination(path: Path) -> None:
     """Refuse, before any work, a destination that cannot be a regular file in an existing folder."""
-    if path.is_dir():
+    kind = path_kind(path)
+    if kind == "dir":
         raise OutputError(path, "it is a directory")
-    if path.exists() and not path.is_file():
+    if kind == "other":
         raise OutputError(path, "it is not a regular file")
+    if kind not in ("file", "missing"):
+        raise OutputError(path, kind)
     parent = path.parent
-    if not parent.exists():
+    kind = path_kind(parent)
+    if kind == "missing":
         raise OutputError(path, f"folder {parent} does not exist")
-    if not parent.is_dir():
-        raise OutputError(path, f"{parent} is not a folder")
+    if kind != "dir":
+        raise OutputError(path, f"{parent} is not a folder" if kind in ("file", "other") else kind)
 
 
 def _mode_for(path: Path) -> int:

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..paths import not_a_file, path_kind
+
 
 class UsageError(Exception):
     """Bad arguments or unreadable files: exit status 2."""
@@ -94,12 +96,18 @@ def shape_files(paths: list[str]) -> list[Path]:
     files: list[Path] = []
     for p in paths:
         path = Path(p)
-        if path.is_dir():
-            files.extend(sorted(path.rglob("*.shape")))
-        elif path.is_file():
+        kind = path_kind(path)
+        if kind == "dir":
+            try:
+                files.extend(sorted(path.rglob("*.shape")))
+            except OSError as err:
+                raise UsageError(f"{p}: cannot list ({err.strerror or err})") from None
+        elif kind == "file":
             files.append(path)
+        elif kind in ("missing", "other"):
+            raise UsageError(f"{p}: no such file or directory" if kind == "missing" else f"{p}: not a regular file")
         else:
-            raise UsageError(f"{p}: no such file or directory")
+            raise UsageError(f"{p}: {kind}")
     for f in files:
         try:
             f.read_text(encoding="utf-8")
@@ -118,8 +126,9 @@ def _need_file(path: str | None, what: str) -> Path | None:
     if path is None:
         return None
     p = Path(path)
-    if not p.is_file():
-        raise UsageError(f"{what} {path}: no such file")
+    kind = path_kind(p)
+    if kind != "file":
+        raise UsageError(f"{what} {path}: {not_a_file(kind)}")
     return p
 
 

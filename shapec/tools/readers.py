@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..paths import not_a_file, path_kind
 from .spec import ToolError
 
 MISSING = object()
@@ -284,8 +285,9 @@ class Progress:
 
 def open_blocks(data: Path, layout, chunk_rows: int, progress_enabled: bool):
     fmt = input_format(data)
-    if not data.is_file():
-        raise ToolError(f"{data}: no such file")
+    kind = path_kind(data)
+    if kind != "file":
+        raise ToolError(f"{data}: {not_a_file(kind)}")
     block_rows = max(1, min(chunk_rows, 65536))
     if fmt == "jsonl":
         progress = Progress(data.stat().st_size, "bytes", progress_enabled)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+from ..paths import not_a_file, path_kind
+
 
 class ToolError(Exception):
     """A user-facing error of a CLI tool (bad spec name, bad config, bad data): exit status 1."""
@@ -13,7 +15,7 @@ class ToolError(Exception):
 def is_path(spec: str) -> bool:
     """A `.shape` name or anything that exists is a path; any other word names a stdlib module."""
     path = Path(spec)
-    return path.suffix == ".shape" or path.exists()
+    return path.suffix == ".shape" or path_kind(path) != "missing"
 
 
 def stdlib_path(name: str) -> Path:
@@ -33,10 +35,11 @@ def spec_path(spec: str) -> Path:
     if not is_path(spec):
         return stdlib_path(spec)
     path = Path(spec)
-    if path.is_dir():
+    kind = path_kind(path)
+    if kind == "dir":
         raise ToolError(f"{spec}: a directory; expected one .shape file or a stdlib module name")
-    if not path.is_file():
-        raise ToolError(f"{spec}: no such file")
+    if kind != "file":
+        raise ToolError(f"{spec}: {not_a_file(kind)}")
     return path
 
 
