@@ -111,7 +111,7 @@ def test_every_helper_is_tested_here_and_emitted_under_njit():
 def running(op: str, values: list[float]) -> float:
     """The lowering's running form of a reduction (reductions.RUNNING, which group selections and
     batch reductions share) over `values`, executed as Python: what the kernel's loop does."""
-    from shapec.compiler.lowering.reductions import FLAGGED, RUNNING
+    from shapec.compiler.lowering.reductions import FLAGGED, RUNNING, undefined_when
 
     init, update, done = RUNNING[op]
     env = {"isnan": math.isnan, "nan": NAN, "acc": eval(init, {"nan": NAN}), "k": 0, "missing": False, "best": 0}
@@ -123,7 +123,7 @@ def running(op: str, values: list[float]) -> float:
             exec(f"best = {t} if k == 0 or x {'<' if op == 'argmin' else '>'} acc else best", env)
         exec(update.format(acc="acc", x="x", k="k"), env)
         env["k"] += 1
-    return eval(done.format(acc="acc", k="k", missing="missing", best="best"), env)
+    return eval(done.format(acc="acc", k="k", undefined=undefined_when("k", "missing"), best="best"), env)
 
 
 SIGNED_ZEROS = ([0.0, -0.0], [-0.0, 0.0, -0.0], [-0.0], [2.0, -0.0, 0.0, 2.0], [NAN], [1.0, 1.0, NAN, 0.0])

@@ -23,22 +23,27 @@ REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER
 
 # reductions written as running values over the selected x, k of them before this one, in the
 # order red_<op> reads its buffer: (initial value, update, finished value); FLAGGED ones are
-# missing if any x is. Group selections use them all, batch reductions those in BATCH_RUNNING.
+# undefined when nothing is selected or (`undefined`) any x is missing. Group selections use them all, batch reductions those in BATCH_RUNNING.
 RUNNING = {
     "sum": ("0.0", "{acc} += {x}", "{acc}"),
     "count": ("0.0", "{acc} = {acc} + 1.0 if {x} == 1.0 else {acc}", "{acc}"),
     "any": ("0.0", "{acc} = 1.0 if {x} == 1.0 else {acc}", "{acc}"),
     "all": ("1.0", "{acc} = 0.0 if {x} != 1.0 else {acc}", "{acc}"),
-    "mean": ("0.0", "{acc} += {x}", "(nan if {k} == 0 or {missing} else {acc} / {k})"),
-    "min": ("nan", "{acc} = {x} if {k} == 0 or {x} < {acc} else {acc}", "(nan if {k} == 0 or {missing} else {acc})"),
-    "max": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}", "(nan if {k} == 0 or {missing} else {acc})"),
+    "mean": ("0.0", "{acc} += {x}", "(nan if {undefined} else {acc} / {k})"),
+    "min": ("nan", "{acc} = {x} if {k} == 0 or {x} < {acc} else {acc}", "(nan if {undefined} else {acc})"),
+    "max": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}", "(nan if {undefined} else {acc})"),
     "argmin": ("nan", "{acc} = {x} if {k} == 0 or {x} < {acc} else {acc}",
-               "(nan if {k} == 0 or {missing} else float({best}))"),
+               "(nan if {undefined} else float({best}))"),
     "argmax": ("nan", "{acc} = {x} if {k} == 0 or {x} > {acc} else {acc}",
-               "(nan if {k} == 0 or {missing} else float({best}))"),
+               "(nan if {undefined} else float({best}))"),
 }
 FLAGGED = ("mean", "min", "max", "argmin", "argmax")
 BATCH_RUNNING = ("sum", "mean", "count", "any", "all")
+
+
+def undefined_when(count: str, missing: str | None) -> str:
+    """When a flagged running reduction has no value: nothing selected, or a selected value missing."""
+    return f"{count} == 0" + (f" or {missing}" if missing else "")
 
 
 def _reduction(op: str) -> str:
@@ -190,8 +195,8 @@ class Hoisting:
         o(self.note(f"selection {x} for {'/'.join(map(_reduction, ops))} (running)"))
         o(f"{k} = 0")
         finish, updates = {}, []
-        missing = None
-        if any(op in FLAGGED for op in ops):
+        missing = None  # no flag to keep: no flagged reduction, or no selected value can be missing
+        if any(op in FLAGGED for op in ops) and not self.defined(arg):
             missing = self.fresh("r")
             o(f"{missing} = False  " + self.note("True once a selected value is missing"))
             updates.append(f"{missing} = {missing} or isnan({x})")
@@ -207,7 +212,7 @@ class Hoisting:
                 best = None
             o(f"{acc} = {init}")
             updates.append(update.format(acc=acc, x=x, k=k))
-            finish[op] = done.format(acc=acc, k=k, missing=missing, best=best)
+            finish[op] = done.format(acc=acc, k=k, undefined=undefined_when(k, missing), best=best)
         o(header)
         with o.indented():
             unmasked = mask.op == "const" and mask.attr == 1.0
@@ -319,7 +324,7 @@ class Hoisting:
         init, update, _ = RUNNING[node.attr]
         o(f"{count} = 0")
         o(f"{name} = {init}")
-        missing = self.fresh("b") if node.attr in FLAGGED else None
+        missing = self.fresh("b") if node.attr in FLAGGED and not self.defined(node.args[0]) else None
         if missing:
             o(f"{missing} = False  " + self.note("True once a selected value is missing"))
         return name, count, missing, value, update.format(acc=name, x=value, k=count)
@@ -349,7 +354,7 @@ class Hoisting:
         if update is None:
             self.out(f"{name} = red_{node.attr}(bbuf, ibuf, kb, 0.0)")
         else:
-            done = RUNNING[node.attr][2].format(acc=name, k=count, missing=missing)
+            done = RUNNING[node.attr][2].format(acc=name, k=count, undefined=undefined_when(count, missing))
             if done != name:
                 self.out(f"{name} = {done}")
         scope.names[self.key(node)] = name

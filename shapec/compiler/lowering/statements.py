@@ -9,8 +9,22 @@ from .emitter import Scope, walk
 from .reductions import BATCH_RUNNING
 
 
+def conjuncts(when: Node) -> list[Node]:
+    """The operands of a chain of `and`s, left to right (a stack: conditions can be deep)."""
+    out, stack = [], [when]
+    while stack:
+        n = stack.pop()
+        if n.op == "and":
+            stack += [n.args[1], n.args[0]]
+        else:
+            out.append(n)
+    return out
+
+
 class Statements:
     """The part of StageLowering (stage.py) that writes one statement at a time."""
+
+    established: set[int] = set()  # ids of the group-level conjuncts the enclosing guard has tested to be 1
 
     def lower_channels(self, batch: Scope) -> None:
         """Channels for the whole batch up front when batch statements or metrics read them."""
@@ -95,13 +109,16 @@ class Statements:
         return self.ex(step.expr, "rollout", scope)
 
     def applies(self, step: Step, scope: Scope) -> str:
-        """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none)."""
+        """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none).
+
+        Inside a statement's guard (`guarded`) its group-level conjuncts are known to be 1, and a
+        1 leaves a three-valued `and` as the other operand is: only the other conjuncts are tested."""
         parts = []
         if step.on is not None:
             parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind == "index"
                          else self.truth(step.on, "rollout", scope))
         if step.when is not None:
-            parts.append(self.truth(step.when, "rollout", scope))
+            parts += [self.truth(c, "rollout", scope) for c in conjuncts(step.when) if id(c) not in self.established]
         return "".join(f"({p}) and " for p in parts)
 
     def step_let(self, step: Step, scope: Scope) -> None:
@@ -183,7 +200,9 @@ class Statements:
                 o(f"{guard} = {self.truth(cond, 'group', scope)}")
         o(f"if {guard}:")
         with o.indented():
+            self.established = {id(c) for c in conds}
             body()
+            self.established = set()
         o("else:")
         with o.indented():
             off()
@@ -193,17 +212,7 @@ class Statements:
         """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
         if when is None:
             return []
-        out: list[Node] = []
-
-        def flatten(n: Node) -> None:
-            if n.op == "and":
-                flatten(n.args[0])
-                flatten(n.args[1])
-            else:
-                out.append(n)
-
-        flatten(when)
-        group = [c for c in out if c.ty.level <= GROUP and not c.ty.items]
+        group = [c for c in conjuncts(when) if c.ty.level <= GROUP and not c.ty.items]
         return sorted(group, key=lambda c: any(n.op in ("reduce", "breduce") for n in walk(c)))
 
     def step_term(self, step: Step, scope: Scope) -> None:
