@@ -11,6 +11,8 @@ in one process, the median of repeats of:
   call      the whole call: shaper(rewards, group_size=..., channels=..., metadata=..., params=...,
             breakdown=False), as the drop-ins and trainer adapters make it; and with the breakdown,
             against the hand kernel with its breakdown
+  hand call the hand kernel behind a call written by hand that checks what shapec's call checks
+            (benchmarks/hand_call.py): the floor of a validated call, beside shapec's
 
 at 512 x 16 and at 200,000 rollouts, and the per-call time on one group of 4. If NeMo-RL's own
 module is importable (nemo_rl.utils.length_penalty; it is not part of this repository), its ratio
@@ -34,6 +36,7 @@ import numpy as np
 
 import hand_nemo_rl as hand
 import shapec
+from hand_call import HandCall
 from shapec.runtime.batch import make_batch
 from shapec.runtime.params import param_arrays, validate_params
 
@@ -177,11 +180,14 @@ def check(shaper, trials: int, seed: int = 1) -> None:
                   "terms": same(np.array([st.terms[t] for t in ir.terms]), terms),
                   "factors": same(np.array([st.factors[f] for f in ir.factors]), factors),
                   "gates": same(np.array([st.gate_codes[g] for g in ir.gate_reasons]), gates)}
+        hc = HandCall(ir)(b["rewards"], b["group_size"], b["channels"], b["metadata"], p)
+        checks["hand call"] = (same(hc[0], out) and same(hc[1], skip) and same(hc[2], gates)
+                               and hc[3] == st.metrics)
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise SystemExit(f"hand kernel differs from shapec on trial {trial} ({', '.join(bad)}); params {p}")
     print(f"check: hand kernel bit-identical to shapec on {trials} random batches "
-          "(rewards, metrics, terms, factors, skip and gate codes)")
+          "(rewards, metrics, terms, factors, skip and gate codes; the hand call too)")
 
 
 def kernel_call(shaper, b: dict, p: dict):
@@ -233,6 +239,7 @@ def main() -> None:
     p = {k: v for k, v in ALL_ON.items()}
     pv, gb = hand.param_vector(validate_params(shaper.ir, p))
     rng = np.random.default_rng(7)
+    hand_call = HandCall(shaper.ir)
     for G, k, inner in ((512, 16, 20), (12_500, 16, 4), (1, 4, 2000)):
         b = random_batch(rng, G, k)
         ha = hand_args(b)
@@ -244,6 +251,7 @@ def main() -> None:
                                    params=p, breakdown=False),
             "call+breakdown": lambda: shaper(b["rewards"], group_size=k, channels=b["channels"],
                                              metadata=b["metadata"], params=p),
+            "hand call": lambda: hand_call(b["rewards"], k, b["channels"], b["metadata"], p),
         }
         for fn in fns.values():
             fn()
@@ -251,7 +259,9 @@ def main() -> None:
         print(f"{G} x {k} = {G * k} rollouts: hand {t['hand'] * 1e6:9.1f} us | "
               f"hand+breakdown {t['hand+breakdown'] / t['hand']:5.2f}x | kernel {t['kernel'] / t['hand']:5.2f}x | "
               f"call {t['call'] / t['hand']:5.2f}x ({t['call'] * 1e6:.1f} us) | "
-              f"call+breakdown {t['call+breakdown'] / t['hand+breakdown']:5.2f}x of hand+breakdown")
+              f"call+breakdown {t['call+breakdown'] / t['hand+breakdown']:5.2f}x of hand+breakdown | "
+              f"hand call {t['hand call'] / t['hand']:5.2f}x ({t['hand call'] * 1e6:.1f} us), "
+              f"call / hand call {t['call'] / t['hand call']:5.2f}x")
     if args.families:
         families(shaper, args.repeat)
     if nemo_rl_reference() is None:

@@ -33,7 +33,8 @@ class Kernel:
         self.lock = _PARALLEL_LOCK if self.parallel and _serial_calls() else contextlib.nullcontext()
         self.sizes = (len(ir.terms), len(ir.factors), len(ir.gate_reasons), len(ir.metrics))
         self.inputs = tuple(a for a in self.args if not a.source.startswith("out") and a.source != "breakdown")
-        states = tuple(s for s, _ in ir.states)
+        states = self.state_names = tuple(s for s, _ in ir.states)
+        self.metric_names = tuple(m for m, _ in ir.metrics)
         self._batch_getters = [(i, _getter(a, states)) for i, a in enumerate(self.inputs) if a.source != "params"]
         self._param_slots = [(i, a.key) for i, a in enumerate(self.inputs) if a.source == "params"]
         self._params_seen: tuple = (None, ())  # the last params dict and its arguments (param_arrays reuses dicts)
@@ -87,8 +88,8 @@ class Kernel:
         return StageOutput(
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
-            dict(zip(ir.gate_reasons, gates)), {m: float(v) for (m, _), v in zip(ir.metrics, metrics)},
-            {s: float(v) for (s, _), v in zip(ir.states, state_out)})
+            dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
+            dict(zip(self.state_names, state_out.tolist())))
 
 
 def _getter(a: Arg, states: tuple[str, ...]):

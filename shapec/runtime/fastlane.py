@@ -30,11 +30,10 @@ class _Aside(Exception):
 
 
 def _plain(value, dtype: np.dtype, ndim: int) -> bool:
-    """An array of the very type the general path's copies have: this dtype and rank, C-contiguous
-    and writable (an ahead-of-time kernel reads any array as contiguous; a JIT one compiles a new
-    version for a read-only array, which its group function's fixed signature then refuses)."""
-    return (type(value) is np.ndarray and value.dtype == dtype and value.ndim == ndim
-            and value.flags.c_contiguous and value.flags.writeable)
+    """An array of the very type the general path's copies have: this dtype and rank, C-contiguous,
+    aligned and writable (`carray`; an ahead-of-time kernel reads any array as contiguous, and a JIT
+    one compiles a new version for a read-only array, which its group function's signature refuses)."""
+    return type(value) is np.ndarray and value.dtype == dtype and value.ndim == ndim and value.flags.carray
 
 
 def _vector(value, length: int, dtype: np.dtype) -> np.ndarray:
