@@ -1,8 +1,8 @@
 """The fast lane (runtime/fastlane.py) is the general call path, only sooner: on arrays in kernel
 form, and on every variant of them a user may pass (wrong dtypes, lengths and layouts, bad
 values anywhere, unknown keys, other mapping types, rows instead of columns, per-group params),
-a shaper with the lane gives bit for bit what the same shaper without it gives: the same rewards,
-breakdown, codes, metrics and state, or the same error."""
+a shaper (or one-stage pipeline) with the lane gives bit for bit what the same shaper without it
+gives: the same rewards, breakdown, codes, metrics and state, or the same error."""
 
 from __future__ import annotations
 
@@ -36,13 +36,14 @@ SPECS = {
     "every": (EVERY_CONSTRUCT, "generated_all"),
     "unread": (UNREAD, "unread"),
     "nemo_rl": (None, "length_penalty"),
+    "pipeline": (None, "nemo_rl_length"),  # one stage: params by stage name
 }
 
 
 def pair(name: str):
     """The same shaper twice: with its lane, and with the lane turned off."""
     source, shaper = SPECS[name]
-    build = ((lambda: shapec.load("nemo_rl", backend="numba").length_penalty) if source is None
+    build = ((lambda: shapec.load("nemo_rl", backend="numba")[shaper]) if source is None
              else (lambda: shapec.compile_str(source, f"{shaper}.shape", "numba")[shaper]))
     fast, slow = build(), build()
     assert fast._lane is not None
@@ -189,7 +190,16 @@ def bad_meta(value, rng: np.random.Generator, bad: float):
     return arr if rng.random() < 0.8 else arr.tolist()
 
 
-def params_for(ir, rng: np.random.Generator, G: int) -> dict | None:
+def params_for(shaper, rng: np.random.Generator, G: int) -> dict | None:
+    """Random params of the shaper (of a one-stage pipeline: by stage name, sometimes a wrong one)."""
+    ir = shaper.stages[0][0]
+    params = stage_params(ir, rng, G)
+    if not shaper.is_pipeline or rng.random() < 0.1:
+        return params
+    return {[ir.name, "not_a_stage"][int(rng.random() < 0.1)]: params}
+
+
+def stage_params(ir, rng: np.random.Generator, G: int) -> dict | None:
     if rng.random() < 0.3:
         return None
     out = {}
@@ -249,10 +259,10 @@ HOW = ["none", "none", "rewards", "rewards_form", "channel", "channel_form", "me
 def test_the_lane_gives_what_the_general_path_gives(shapers, seed, G, k, how, breakdown):
     _, (fast, slow) = shapers
     rng = np.random.default_rng(seed)
-    call = canonical(fast.ir, rng, G, k)
+    call = canonical(fast.stages[0][0], rng, G, k)
     for h in how:
         call = perturb(call, rng, h)
-    params = params_for(fast.ir, rng, G)
+    params = params_for(fast, rng, G)
     state = {s: {name: float(rng.integers(0, 3)) / 2 for name in v} for s, v in fast.state_dict().items()}
     if state:
         fast.load_state_dict(state)
@@ -264,7 +274,7 @@ def test_the_lane_gives_what_the_general_path_gives(shapers, seed, G, k, how, br
 def test_the_lane_takes_canonical_arrays_and_steps_aside_for_other_forms(shapers, monkeypatch):
     """Canonical arrays never reach batch.make_batch; a list, a row of dicts or a bad value does."""
     _, (fast, _) = shapers
-    call = canonical(fast.ir, np.random.default_rng(3), 3, 4)
+    call = canonical(fast.stages[0][0], np.random.default_rng(3), 3, 4)
     built = []
     real = shaper_module.make_batch
     monkeypatch.setattr(shaper_module, "make_batch", lambda *a, **kw: built.append(1) or real(*a, **kw))
@@ -280,7 +290,7 @@ def test_the_lane_takes_canonical_arrays_and_steps_aside_for_other_forms(shapers
 
 def test_the_lane_result_does_not_alias_the_callers_rewards(shapers):
     _, (fast, _) = shapers
-    call = canonical(fast.ir, np.random.default_rng(4), 2, 3)
+    call = canonical(fast.stages[0][0], np.random.default_rng(4), 2, 3)
     result = outcome(fast, call, None, True)
     before = result.stages[0].reward_in.copy()
     call["rewards"][:] = 7.0

@@ -50,6 +50,9 @@ class FastLane:
         self.shaper, self.kernel = shaper, kernel
         ir: ShaperIR = kernel.ir
         self.ir = ir
+        # a one-stage pipeline takes its params by stage name, over the arguments it binds
+        self.stage = ir.name if shaper.is_pipeline else None
+        self.stage_args = shaper.stages[0][1]
         self.checks = compiled_checks()
         slot = {(a.source, a.key): i for i, a in enumerate(kernel.inputs)}  # None: the kernel does not read it
         self.width = len(kernel.inputs)
@@ -126,15 +129,28 @@ class FastLane:
                 self._record(values, *plan, value, G)
             else:
                 self._list(values, *plan, value, G)
-        if params is None:
-            params = {}
-        elif type(params) is not dict:
-            raise _Aside
+        params = self._stage_params(params)
         try:  # an error here is the general path's to word (with its own `where`)
             arrays = param_arrays(self.ir, params, G)
         except Exception:
             raise _Aside from None
         return n, G, arrays
+
+    def _stage_params(self, params) -> dict:
+        """The stage's own params dict, as CompiledShaper._stage_params makes it (for a dict)."""
+        if params is None:
+            params = {}
+        elif type(params) is not dict:
+            raise _Aside
+        if self.stage is not None:
+            if any(key != self.stage for key in params):
+                raise _Aside
+            params = params.get(self.stage)
+            if params is None:
+                params = {}
+            elif type(params) is not dict:
+                raise _Aside
+        return {**self.stage_args, **params} if self.stage_args else params
 
     def _group_offsets(self, n: int, group_size, offsets) -> np.ndarray:
         if offsets is None:

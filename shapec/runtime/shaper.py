@@ -162,12 +162,12 @@ class CompiledShaper:
         self._metas = tuple({m.name: m for s, _ in self.stages for m in s.metas}.values())
         self._warned: set[str] = set()
         self._kernels = None
-        self._lane = None  # the call on arrays in kernel form (fastlane.py), for a shaper (not a pipeline)
+        self._lane = None  # the call on arrays in kernel form (fastlane.py), for a shaper or one-stage pipeline
         if backend == "numba":
             from ..compiler.build import load_kernels
 
             self._kernels = load_kernels(ir, self.parallel)
-            if not self.is_pipeline and compiled_checks() is not None:
+            if len(self.stages) == 1 and compiled_checks() is not None:
                 self._lane = FastLane(self, self._kernels[0])
 
     @property
