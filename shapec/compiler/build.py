@@ -304,7 +304,7 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     built again once; only a failure after that is a shapec bug. A cache folder that cannot be
     written (read-only, full, not ours) is replaced by a private temporary one, with a warning.
     """
-    from ..runtime.validate import compiled_checks_loaded, use_compiled_checks
+    from ..runtime.validate import compiled_checks, use_compiled_checks
     from .checks_build import load_checks
 
     source, stages = _lower_all(ir, parallel)
@@ -319,7 +319,7 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
             raise
         except OSError as err:
             cache.fall_back(err)  # raises KernelCacheError when already on the private folder
-    if not compiled_checks_loaded():  # once per process: any cache folder's copy checks the same way
+    if compiled_checks() is None:  # once per process: any cache folder's copy checks the same way
         use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
     return [Kernel(low.ir, fn, tuple(low.args), parallel, low.breakdown_always) for low, fn in zip(stages, fns)]
 

@@ -84,7 +84,6 @@ def resolve(target: str, is_path: bool, folder: Path, root: Path, span: Span) ->
     return _read(path, found, root, target, at)
 
 
-
 def _inside(path: Path, root: Path, target: str, at: Span) -> Path | Diagnostic:
     """The resolved path when it lies inside root (symlinks followed), else why not."""
     try:

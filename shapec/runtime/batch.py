@@ -201,13 +201,19 @@ def _band_column(name: str, value: Any, G: int) -> np.ndarray:
     """Per-group bands -> (G, 4) rows (a, b, f, present); None entries are absent, others must be valid."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         return band_table(name, value, G)
-    out = np.full((G, 4), math.nan)
-    out[:, 3] = 0.0
+    out = no_bands(G)
     if value is None:
         return out
     for g, block in enumerate(_rows(name, value, G)):
         if block is not None:
             out[g] = (*band(f"{name}: group {g}", block), 1.0)
+    return out
+
+
+def no_bands(G: int) -> np.ndarray:
+    """A band column with no band in any group: rows (NaN, NaN, NaN, 0)."""
+    out = np.full((G, 4), math.nan)
+    out[:, 3] = 0.0
     return out
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..compiler.ir import UNITS, ShaperIR
 from ..compiler.kernel import EMPTY
+from .batch import no_bands
 from .params import param_arrays
 from .validate import compiled_checks
 
@@ -50,9 +51,6 @@ class FastLane:
         self.shaper, self.kernel = shaper, kernel
         ir: ShaperIR = kernel.ir
         self.ir = ir
-        # a one-stage pipeline takes its params by stage name, over the arguments it binds
-        self.stage = ir.name if shaper.is_pipeline else None
-        self.stage_args = shaper.stages[0][1]
         self.checks = compiled_checks()
         slot = {(a.source, a.key): i for i, a in enumerate(kernel.inputs)}  # None: the kernel does not read it
         self.width = len(kernel.inputs)
@@ -77,7 +75,7 @@ class FastLane:
     def __call__(self, rewards, group_size, offsets, channels, metadata, params, breakdown: bool):
         values = [None] * self.width
         try:
-            n, G, arrays = self._gather(values, rewards, group_size, offsets, channels, metadata, params)
+            r, off, arrays = self._gather(values, rewards, group_size, offsets, channels, metadata, params)
         except _Aside:
             return None
         for i, array in self.kernel.param_values(arrays):
@@ -91,12 +89,12 @@ class FastLane:
             if self.state_slot is not None:
                 state = shaper._state[self.ir.name]
                 values[self.state_slot] = np.array([float(state[s]) for s in self.states])
-            out = self.kernel.call(values, n, G, breakdown)
+            out = self.kernel.call(values, len(r), len(off) - 1, breakdown)
             shaper._state[self.ir.name] = dict(out.state)
-        return shaper._one_stage_result(self.ir, values[self.fixed[0][0]], values[self.fixed[2][0]], out)
+        return shaper._one_stage_result(self.ir, r, off, out)
 
     def _gather(self, values: list, rewards, group_size, offsets, channels, metadata, params):
-        """Fill the kernel's batch arguments in `values`; (n, G, param arrays)."""
+        """Fill the kernel's batch arguments in `values`; (rewards, offsets, param arrays)."""
         if self.checks is None or type(rewards) is not np.ndarray:
             raise _Aside
         clean = self.checks.clean_values
@@ -129,28 +127,11 @@ class FastLane:
                 self._record(values, *plan, value, G)
             else:
                 self._list(values, *plan, value, G)
-        params = self._stage_params(params)
-        try:  # an error here is the general path's to word (with its own `where`)
-            arrays = param_arrays(self.ir, params, G)
+        try:  # the shaper's own params merge (stage names, bound arguments); an error is the general path's to word
+            arrays = param_arrays(self.ir, self.shaper._stage_params(params)[0], G)
         except Exception:
             raise _Aside from None
-        return n, G, arrays
-
-    def _stage_params(self, params) -> dict:
-        """The stage's own params dict, as CompiledShaper._stage_params makes it (for a dict)."""
-        if params is None:
-            params = {}
-        elif type(params) is not dict:
-            raise _Aside
-        if self.stage is not None:
-            if any(key != self.stage for key in params):
-                raise _Aside
-            params = params.get(self.stage)
-            if params is None:
-                params = {}
-            elif type(params) is not dict:
-                raise _Aside
-        return {**self.stage_args, **params} if self.stage_args else params
+        return r, off, arrays
 
     def _group_offsets(self, n: int, group_size, offsets) -> np.ndarray:
         if offsets is None:
@@ -172,8 +153,7 @@ class FastLane:
         """A scalar metadata column (NaN: missing for that group) or a band column, as batch._load_field."""
         if band:
             if value is None:
-                table = np.full((G, 4), math.nan)
-                table[:, 3] = 0.0
+                table = no_bands(G)
             elif _plain(value, _F64, 2) and value.shape[0] == G and value.shape[1] in (3, 4):
                 table = np.empty((G, 4))
                 if not self.checks.band_rows(value, table):

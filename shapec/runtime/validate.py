@@ -30,10 +30,6 @@ def use_compiled_checks(module) -> None:
         _FAST = module
 
 
-def compiled_checks_loaded() -> bool:
-    return _FAST is not None
-
-
 def compiled_checks():
     """The compiled one-pass checks (runtime/fastcheck.py's functions), or None."""
     return _FAST

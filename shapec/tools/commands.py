@@ -104,10 +104,8 @@ def shape_files(paths: list[str]) -> list[Path]:
                 raise UsageError(f"{p}: cannot list ({err.strerror or err})") from None
         elif kind == "file":
             files.append(path)
-        elif kind in ("missing", "other"):
-            raise UsageError(f"{p}: no such file or directory" if kind == "missing" else f"{p}: not a regular file")
         else:
-            raise UsageError(f"{p}: {kind}")
+            raise UsageError(f"{p}: " + ("no such file or directory" if kind == "missing" else not_a_file(kind)))
     for f in files:
         try:
             f.read_text(encoding="utf-8")

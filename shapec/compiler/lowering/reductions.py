@@ -23,7 +23,8 @@ REDUCTION_OPS = frozenset((*ROLLOUT_VALUED, *(f.split("_", 1)[1] for f in HELPER
 
 # reductions written as running values over the selected x, k of them before this one, in the
 # order red_<op> reads its buffer: (initial value, update, finished value); FLAGGED ones are
-# undefined when nothing is selected or (`undefined`) any x is missing. Group selections use them all, batch reductions those in BATCH_RUNNING.
+# undefined (`undefined_when`) when nothing is selected or a selected x is missing. Group
+# selections use them all, batch reductions those in BATCH_RUNNING.
 RUNNING = {
     "sum": ("0.0", "{acc} += {x}", "{acc}"),
     "count": ("0.0", "{acc} = {acc} + 1.0 if {x} == 1.0 else {acc}", "{acc}"),

@@ -24,7 +24,7 @@ def conjuncts(when: Node) -> list[Node]:
 class Statements:
     """The part of StageLowering (stage.py) that writes one statement at a time."""
 
-    established: set[int] = set()  # ids of the group-level conjuncts the enclosing guard has tested to be 1
+    established: frozenset[int] = frozenset()  # ids of the group-level conjuncts the enclosing guard tested to be 1
 
     def lower_channels(self, batch: Scope) -> None:
         """Channels for the whole batch up front when batch statements or metrics read them."""
@@ -200,9 +200,9 @@ class Statements:
                 o(f"{guard} = {self.truth(cond, 'group', scope)}")
         o(f"if {guard}:")
         with o.indented():
-            self.established = {id(c) for c in conds}
+            self.established = frozenset(id(c) for c in conds)
             body()
-            self.established = set()
+            self.established = frozenset()
         o("else:")
         with o.indented():
             off()
