@@ -182,7 +182,7 @@ def bad_meta(value, rng: np.random.Generator, bad: float):
     arr = np.array([np.nan if v is None else v for v in value] if isinstance(value, list) else value, dtype=np.float64)
     if arr.ndim == 2 and arr.shape[0]:  # a band table
         g = int(rng.integers(arr.shape[0]))
-        arr[g] = [[5.0, 1.0, 0.5], [np.nan, 1.0, 0.5], [1.0, 2.0, 1.5], [bad, 3.0, 0.5]][int(rng.integers(4))]
+        arr[g, :3] = [[5.0, 1.0, 0.5], [np.nan, 1.0, 0.5], [1.0, 2.0, 1.5], [bad, 3.0, 0.5]][int(rng.integers(4))]
         return arr if rng.random() < 0.8 else np.concatenate([arr, np.ones((len(arr), 1))], axis=1)
     if arr.ndim != 1 or not len(arr):
         return arr
