@@ -20,7 +20,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from .readers import MISSING, ArrowBlock, RowError, RowsBlock, got
+from .readers import MISSING, ArrowBlock, BadLine, RowError, RowsBlock, got
 from .spec import ToolError
 
 
@@ -127,18 +127,29 @@ def _key_errors(block, grouping: Grouping, unknown: np.ndarray, base: int) -> di
     return out
 
 
-def _check_key_present(block, grouping: Grouping) -> None:
-    """`--group-by` naming a field no row of the first block has is a typo, not one big group."""
-    if grouping.key is None or not len(block) or block.has_field(grouping.key):
-        return
+def _check_key_present(block, grouping: Grouping, rows: int) -> bool:
+    """`--group-by` naming a field no row of the first readable block has is a typo, not one big
+    group. Blocks of lines that are not rows at all say nothing about it (the rows' own errors
+    do): False until a readable block was checked. `rows`: the rows up to the end of this block."""
+    if grouping.key is None:
+        return True
+    if not block.readable():
+        return False
+    if block.has_field(grouping.key):
+        return True
     names = block.field_names()
     close = difflib.get_close_matches(grouping.key, names, n=1, cutoff=0.5)
     hint = f"; did you mean {close[0]!r}?" if close else f"; the rows have {', '.join(names[:8]) or 'no fields'}"
-    raise ToolError(f"group key {grouping.key!r} ({grouping.source}): no row of the first {len(block)} has "
+    raise ToolError(f"group key {grouping.key!r} ({grouping.source}): no row of the first {rows} has "
                     f"this field{hint}")
 
 
 def _too_long(grouping: Grouping, block, base: int, start: int, chunk_rows: int) -> ToolError:
+    first = block.rows[start] if isinstance(block, RowsBlock) else None
+    if isinstance(first, BadLine):  # lines that are not rows: their own error is the news, not the group
+        return ToolError(f"row {base + start + 1}: {first.field}: {first.error}; no group can be known for it and "
+                         f"the rows after it, more than {chunk_rows} row{'s' if chunk_rows != 1 else ''} "
+                         "(--chunk-rows), and a group must fit in one chunk")
     what = "the group"
     if grouping.key:
         what = f"the group of {grouping.key} {got(block.keys_at(grouping.key, [start])[0])}"
@@ -206,9 +217,10 @@ def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterat
             size_check.check(chunk)
         return chunk
 
+    key_checked = False
     for block in blocks:
-        if pending is None:
-            _check_key_present(block, grouping)
+        if not key_checked:
+            key_checked = _check_key_present(block, grouping, base + len(block) + (len(pending) if pending else 0))
         pending = block if pending is None else pending.concat(block)
         while len(pending) >= chunk_rows:
             starts, unknown = grouping.starts(pending, base)

@@ -1,7 +1,7 @@
 """Reading rollout files in blocks: JSONL lines or Parquet record batches, one row per rollout.
 
 A JSONL line that cannot be a row (invalid UTF-8, invalid JSON, an integer longer than Python
-reads, nesting deeper than the JSON reader goes, not an object) is kept as a BadLine in its place,
+reads, nesting deeper than the JSON reader goes, a lone UTF-16 surrogate escape, not an object) is kept as a BadLine in its place,
 so row numbers stay exact and the line reaches the rejects file as it was.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,10 @@ class RowsBlock:
     def has_field(self, path: str) -> bool:
         return any(k is not MISSING for k in self.keys(path))
 
+    def readable(self) -> bool:
+        """Whether any line parsed to an object (a file of only bad lines has no fields to look at)."""
+        return any(isinstance(r, dict) or (isinstance(r, BadLine) and r.row is not None) for r in self.rows)
+
     def slice(self, a: int, b: int) -> "RowsBlock":
         return RowsBlock(self.rows[a:b], self.from_arrow)
 
@@ -107,7 +112,7 @@ class RowsBlock:
     def field_names(self) -> list[str]:
         """Every top-level field and one level of dotted paths, for did-you-mean hints."""
         names: dict[str, None] = {}
-        for r in self.rows:
+        for r in (r.row if isinstance(r, BadLine) else r for r in self.rows):
             if isinstance(r, dict):
                 for k, v in r.items():
                     names[k] = None
@@ -140,6 +145,9 @@ class ArrowBlock:
 
     def has_field(self, path: str) -> bool:
         return path in self.table.column_names
+
+    def readable(self) -> bool:
+        return len(self) > 0
 
     def array(self, name: str):
         """One column as a single Arrow array (a chunk may hold several record batches)."""
@@ -214,6 +222,42 @@ def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
                              f"{limit} Python reads)", where, value if isinstance(value, dict) else None)
     if not isinstance(value, dict):
         return BadLine(text, f"expected a JSON object, got {type(value).__name__}")
+    if _SURROGATE_ESCAPE.search(text):
+        found = _surrogate(value)
+        if found is not None:
+            where, char = found
+            return BadLine(text, f"expected Unicode text, got a lone surrogate \\u{ord(char):04x} (half of a "
+                                 "UTF-16 pair, which UTF-8 and Parquet cannot hold)", where, _escaped(value))
+    return value
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # json.loads decodes a pair to one character
+
+
+def _surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
+    """(dotted path, shown escaped, and the character) of the first lone surrogate in a key or string."""
+    if isinstance(value, str):
+        bad = next((c for c in value if "\ud800" <= c <= "\udfff"), None)
+        return None if bad is None else (_escaped(path) or "<line>", bad)
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        at = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else k)
+        found = _surrogate(k, at) if isinstance(k, str) else None
+        found = found or _surrogate(v, at)
+        if found is not None:
+            return found
+    return None
+
+
+def _escaped(value: Any) -> Any:
+    """value with every lone surrogate written as its escape (`\\ud800`), so messages, group keys
+    and the rejects file can be printed and encoded; the rejects file keeps the line as it was."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
     return value
 
 
@@ -295,41 +339,109 @@ def open_blocks(data: Path, layout, chunk_rows: int, progress_enabled: bool):
     import pyarrow.parquet as pq
 
     try:
-        rows = pq.ParquetFile(data).metadata.num_rows
+        file = pq.ParquetFile(data)
+        rows = file.metadata.num_rows
+        schema = file.schema_arrow
     except Exception as err:  # pyarrow raises several types for a file that is not Parquet
         raise ToolError(f"{data}: cannot read Parquet ({err})") from None
+    _refuse_repeated_names(data, schema)
     progress = Progress(rows, "rows", progress_enabled)
     return parquet_blocks(data, block_rows, layout.name != "flat", progress), progress
 
 
-def scan_schema(data: Path):
-    """The Arrow schema of all rows of an input: a Parquet file's own, or unified over a JSONL file
-    (one extra streaming pass; rows that fit no schema are left to the validation to reject)."""
+def _refuse_repeated_names(data: Path, schema) -> None:
+    """A column (or struct field) name that repeats has no one value per row: rows read as dicts
+    would keep the last and lose the others, and by name neither can be told apart."""
     import pyarrow as pa
+
+    def check(fields, prefix: str) -> None:
+        names = [f.name for f in fields]
+        for name in dict.fromkeys(names):
+            if names.count(name) > 1:
+                raise ToolError(f"{data}: column {prefix + name!r} appears {names.count(name)} times; "
+                                "column names must be unique: rename or drop the copies")
+        for f in fields:
+            t = f.type
+            while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+                t = t.value_type
+            if pa.types.is_struct(t):
+                check(list(t), f"{prefix}{f.name}.")
+
+    check(list(schema), "")
+
+
+def _unfit() -> tuple:
+    """What pyarrow raises for values that fit no (one) type."""
+    import pyarrow as pa
+
+    return (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError)
+
+
+def rows_schema(rows: list[dict]):
+    """The Arrow schema of these rows, with every field any of them has (pyarrow's Table.from_pylist
+    takes the fields of the first row only); a value that fits no type (a list of numbers and
+    strings) is left out, and where rows disagree on a field's type the first one stays (widen)."""
+    import pyarrow as pa
+
+    if not rows:
+        return None
+    try:
+        return pa.schema(list(pa.array(rows).type))
+    except _unfit():
+        pass
+    schema = None
+    for r in rows:
+        try:
+            one = pa.schema(list(pa.array([r]).type))
+        except _unfit():
+            one = pa.schema([f for f in map(_field_of, r.items()) if f is not None])
+        schema = one if schema is None else widen(schema, one)
+    return schema
+
+
+def _field_of(item: tuple[str, Any]):
+    """One field's Arrow type from its value, or None when the value fits none."""
+    import pyarrow as pa
+
+    try:
+        return pa.field(item[0], pa.array([item[1]]).type)
+    except _unfit():
+        return None
+
+
+def widen(schema, other):
+    """`schema` with `other`'s fields added, or widened where the two unify; where they conflict
+    (a rejected row's string in a number column), `schema`'s type stays."""
+    import pyarrow as pa
+
+    try:
+        return pa.unify_schemas([schema, other], promote_options="permissive")
+    except _unfit():
+        pass
+    for f in other:
+        i = schema.get_field_index(f.name)
+        if i < 0:
+            schema = schema.append(f)
+            continue
+        try:
+            both = pa.unify_schemas([pa.schema([schema.field(i)]), pa.schema([f])], promote_options="permissive")
+        except _unfit():
+            continue
+        schema = schema.set(i, both.field(0))
+    return schema
+
+
+def scan_schema(data: Path):
+    """The Arrow schema of all rows of an input: a Parquet file's own, or widened over every row of
+    a JSONL file (one extra streaming pass; values that fit no schema are left to the validation
+    to reject, or to the writer to refuse)."""
     import pyarrow.parquet as pq
 
     if input_format(data) == "parquet":
         return pq.ParquetFile(data).schema_arrow
     schema = None
-    unfit = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
-
-    def merge(rows):
-        nonlocal schema
-        try:
-            found = [pa.Table.from_pylist(rows).schema]
-        except unfit:
-            found = []
-            for r in rows:
-                try:
-                    found.append(pa.Table.from_pylist([r]).schema)
-                except unfit:
-                    continue
-        for s in found:
-            try:
-                schema = s if schema is None else pa.unify_schemas([schema, s], promote_options="permissive")
-            except unfit:
-                continue
-
     for block in jsonl_blocks(data, 65536, Progress(0, "", False)):
-        merge([r for r in block.rows if isinstance(r, dict)])
+        found = rows_schema([r for r in block.rows if isinstance(r, dict)])
+        if found is not None:
+            schema = found if schema is None else widen(schema, found)
     return schema

@@ -14,7 +14,7 @@ import numpy as np
 
 from .atomic import AtomicFile, OutputError, reason_of
 from .grouping import Chunk
-from .readers import MISSING, ArrowBlock, BadLine, get_path, input_format
+from .readers import MISSING, ArrowBlock, BadLine, get_path, got, input_format, rows_schema, widen
 from .spec import ToolError
 
 
@@ -52,15 +52,22 @@ class Writer:
     def write(self, chunk: Chunk, outcome) -> None:
         if outcome.result is None or not len(outcome.good_rows):
             return
+        import pyarrow as pa
+
         try:
             self._write(chunk, outcome)
         except OSError as err:
             raise OutputError(self.path, reason_of(err)) from None
+        except pa.ArrowNotImplementedError as err:  # a type Parquet has no form for (an empty object)
+            raise ToolError(f"{self.path}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} cannot be "
+                            f"written to Parquet ({err}); write .jsonl instead") from None
 
     def _write(self, chunk: Chunk, outcome) -> None:
         rewards = outcome.result.rewards
         extra = output_columns(outcome.result)
+        numbers = chunk.base + outcome.good_rows + 1  # the rows' numbers in the input
         if isinstance(chunk.block, ArrowBlock) and self.layout == "flat":
+            self._refuse_taken(chunk.block.table.column_names, int(numbers[0]), extra)
             table = self._arrow_rows(chunk.block.table, outcome.good_rows, rewards, extra)
             if self.format == "parquet":
                 self._write_table(table, {"reward": rewards, **extra})
@@ -68,22 +75,55 @@ class Writer:
                 self._write_dicts(table.to_pylist())
         else:
             rows = [chunk.block.rows[i] for i in outcome.good_rows]
+            for k, r in enumerate(rows):
+                self._refuse_taken(r, int(numbers[k]), extra)
             dicts = [self._dict_row(r, float(rewards[k]), {c: float(v[k]) for c, v in extra.items()})
                      for k, r in enumerate(rows)]
             if self.format == "parquet":
-                import pyarrow as pa
-
-                if self._schema is None:
-                    self._schema = self._output_schema(pa.Table.from_pylist(dicts).schema)
-                try:
-                    table = pa.Table.from_pylist(dicts, schema=self._schema)
-                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as err:
-                    raise ToolError(f"{self.path}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} do not "
-                                    f"fit one Parquet schema ({err}); write .jsonl instead") from None
-                self._write_table(table, {})
+                self._write_table(self._rows_table(dicts, numbers), {})
             else:
                 self._write_dicts(dicts)
         self.rows += len(outcome.good_rows)
+
+    def _refuse_taken(self, fields, number: int, extra: dict) -> None:
+        """A field of the input named like a column run writes would be replaced and lost (the true
+        env reward of a file that was shaped before): refused, whatever --on-bad-row says."""
+        for name in ("env_reward", *extra):
+            if name in fields:
+                what = "the reward the input had" if name == "env_reward" else f"the shaper's {name}"
+                raise ToolError(f"row {number}: {name}: expected no such field: run writes {what} there, "
+                                "so the input's value would be lost (is the input already shaped?); "
+                                "rename or drop the field")
+
+    def _rows_table(self, dicts: list[dict], numbers: np.ndarray):
+        """The rows as a table of the output's one schema: every field of every row, each value
+        converted as it is or refused with its row and field, never dropped or truncated."""
+        import pyarrow as pa
+
+        unfit = (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError)
+        if self._schema is None:
+            first = rows_schema(dicts)
+            self._schema = self._output_schema(pa.schema([]) if first is None else first)
+        target = pa.struct(list(self._schema))
+        try:
+            safe = not _lossy(pa.array(dicts).type, target)
+        except unfit:
+            safe = False  # rows that disagree on a type: each is checked below
+        if safe:
+            try:
+                return pa.Table.from_pylist(dicts, schema=self._schema)
+            except unfit:
+                pass
+        for k, row in enumerate(dicts):
+            problem = _misfit(row, target, "")
+            if problem is not None:
+                raise ToolError(f"row {int(numbers[k])}: {problem}; one Parquet column holds one type: make "
+                                "the rows agree, or write .jsonl instead")
+        try:
+            return pa.Table.from_pylist(dicts, schema=self._schema)
+        except unfit as err:
+            raise ToolError(f"rows {int(numbers[0])}..{int(numbers[-1])} do not fit one Parquet schema ({err}); "
+                            "write .jsonl instead") from None
 
     def _dict_row(self, row: dict, reward: float, extra: dict) -> dict:
         out = dict(row)
@@ -118,7 +158,7 @@ class Writer:
             pass
         schema = first
         for other in parts[1:]:
-            schema = _widen(schema, other)
+            schema = widen(schema, other)
         return schema
 
     @staticmethod
@@ -129,12 +169,8 @@ class Writer:
             table = table.take(pa.array(good))
         env = table.column("reward")
         table = table.set_column(table.column_names.index("reward"), "reward", pa.array(rewards, pa.float64()))
-        if "env_reward" in table.column_names:
-            table = table.drop_columns(["env_reward"])
-        table = table.append_column("env_reward", env)
+        table = table.append_column("env_reward", env)  # _refuse_taken: no input column has these names
         for name, values in extra.items():
-            if name in table.column_names:
-                table = table.drop_columns([name])
             table = table.append_column(name, pa.array(values, pa.float64()))
         return table
 
@@ -205,27 +241,53 @@ def _dictionary_columns(schema, computed: dict[str, np.ndarray]) -> list[str] | 
     return [p for p in paths if p not in dense]
 
 
-def _widen(schema, other):
-    """`schema` with `other`'s fields added, or widened where the two unify; where they conflict
-    (a rejected row's string in a number column), `schema`'s type stays."""
+def _lossy(inferred, target) -> bool:
+    """Whether converting values of type `inferred` (the rows' own) to `target` could lose some:
+    a field `target` lacks (Table.from_pylist drops it without a word), or a float where `target`
+    has an integer (pyarrow truncates it), at any depth."""
     import pyarrow as pa
 
-    conflict = (pa.ArrowInvalid, pa.ArrowTypeError)
+    if pa.types.is_struct(inferred) and pa.types.is_struct(target):
+        return any(target.get_field_index(f.name) < 0 or _lossy(f.type, target.field(f.name).type)
+                   for f in inferred)
+    if _is_list(inferred) and _is_list(target):
+        return _lossy(inferred.value_type, target.value_type)
+    return pa.types.is_floating(inferred) and pa.types.is_integer(target)
+
+
+def _is_list(t) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+
+
+def _misfit(value, typ, path: str) -> str | None:
+    """`FIELD: expected ..., got ...` for the first part of one row's value that does not convert
+    to `typ` exactly, or that `typ` has no field for; None when all of it does."""
+    import pyarrow as pa
+
+    if isinstance(value, dict) and pa.types.is_struct(typ):
+        for k, v in value.items():
+            at = f"{path}.{k}" if path else k
+            if typ.get_field_index(k) < 0:
+                return f"{at}: expected values of one Arrow type, got {got(v)} (no row gives this field one)"
+            found = _misfit(v, typ.field(k).type, at)
+            if found is not None:
+                return found
+        return None
+    shown = path or "<row>"
+    if isinstance(value, list) and _is_list(typ):
+        for j, v in enumerate(value):
+            found = _misfit(v, typ.value_type, f"{shown}[{j}]")
+            if found is not None:
+                return found
+        return None
+    lossy = isinstance(value, float) and pa.types.is_integer(typ)  # pyarrow would truncate it
     try:
-        return pa.unify_schemas([schema, other], promote_options="permissive")
-    except conflict:
-        pass
-    for f in other:
-        i = schema.get_field_index(f.name)
-        if i < 0:
-            schema = schema.append(f)
-            continue
-        try:
-            both = pa.unify_schemas([pa.schema([schema.field(i)]), pa.schema([f])], promote_options="permissive")
-        except conflict:
-            continue
-        schema = schema.set(i, both.field(0))
-    return schema
+        pa.array([value], type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        lossy = True
+    return f"{shown}: expected a value of type {typ} (as other rows have it), got {got(value)}" if lossy else None
 
 
 class RejectsWriter:
