@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .tools.commands import UsageError, add_commands, shape_files
+from .tools.commands import UsageError, add_commands, number, shape_files
 
 
 def _spec_files(specs: list[str]) -> list[Path]:
@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prove", action="store_true", help="decide every property of every shaper (needs the prove extra)")
     p.add_argument("--counterexamples", metavar="DIR", default="shapec-counterexamples",
                    help="--prove: where counterexample groups are written (default shapec-counterexamples)")
-    p.add_argument("--trials", type=int, default=400, metavar="N", help="--prove: random groups per property")
+    p.add_argument("--trials", type=number("--trials"), default=400, metavar="N",
+                   help="--prove: random groups per property")
     p.set_defaults(func=cmd_check)
 
     p = sub.add_parser("compile", help="print the generated numba kernel module of a shaper or pipeline")
@@ -94,14 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .syntax.source import ShapeError
+    from .tools.spec import ToolError
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help/--version
         return int(exc.code or 0)
-    from .syntax.source import ShapeError
-    from .tools.spec import ToolError
-
+    except (UsageError, ToolError) as err:  # a numeric option out of range (commands.number)
+        print(f"shapec: error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, UsageError) else 1
     try:
         return args.func(args)
     except UsageError as err:

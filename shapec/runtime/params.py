@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic_core import PydanticCustomError
 
 from ..compiler.ir import ParamSpec, ShaperIR
 
@@ -47,6 +48,43 @@ def _band_check(value):
     if not 0 <= f <= 1:
         raise ValueError(f"band needs 0 <= f <= 1, got f={f:g}")
     return (a, b, f)
+
+
+_NAMES = {"bool": "a bool (true or false)", "int": "an integer", "float": "a float", "band": "a band [a, b, f]"}
+
+
+def _is_number(v: Any, kind: str) -> bool:
+    """A number of this kind as written: a bool is not a number, a string never is, and an int
+    param takes a float only when it is whole (3.0, not 3.5: pydantic names that case itself)."""
+    if isinstance(v, (bool, np.bool_)):
+        return False
+    if kind == "int":
+        return isinstance(v, (int, np.integer, float, np.floating))
+    return isinstance(v, (int, float, np.integer, np.floating))
+
+
+def _type_check(kind: str):
+    """A before-validator that refuses the values pydantic's lax mode would coerce (true -> 1.0,
+    "3" -> 3, 1 -> True): the docs promise a wrong type is an error, not a different reward."""
+
+    def check(value):
+        if isinstance(value, np.ndarray) and value.ndim == 0:
+            value = value.item()
+        if value is None:
+            return value  # optional params take None; a required one gets pydantic's own error
+        if kind == "bool":
+            ok = isinstance(value, (bool, np.bool_))
+        elif kind == "band":
+            items = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
+            ok = items is not None and all(_is_number(x, "float") for x in items)
+        else:
+            ok = _is_number(value, kind)
+        if not ok:
+            raise PydanticCustomError("param_type", "expected {expected}, got {got}",
+                                      {"expected": _NAMES[kind], "got": f"{value!r} ({type(value).__name__})"})
+        return value
+
+    return check
 
 
 def _field(spec: ParamSpec, shaper: str):
@@ -84,6 +122,8 @@ def params_model(ir: ShaperIR) -> type[BaseModel]:
     fields = {spec.name: _field(spec, ir.name) for spec in ir.params}
     validators = {}
     for spec in ir.params:
+        if spec.kind in _NAMES:
+            validators[f"_type_{spec.name}"] = field_validator(spec.name, mode="before")(_type_check(spec.kind))
         if spec.kind == "band":
             validators[f"_check_{spec.name}"] = field_validator(spec.name)(_band_check)
     model = create_model(  # type: ignore[call-overload]
@@ -105,7 +145,7 @@ def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str =
     except ValidationError as err:
         first = err.errors()[0]
         loc = ".".join(str(x) for x in first["loc"])
-        got = f", got {first['input']!r}" if "input" in first and first["type"] != "missing" else ""
+        got = f", got {first['input']!r}" if "input" in first and first["type"] not in ("missing", "param_type") else ""
         raise ParamError(f"{where}param {loc!r} of shaper {ir.name!r}: {first['msg']}{got}") from None
     return model.model_dump()
 

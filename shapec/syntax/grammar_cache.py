@@ -85,7 +85,7 @@ def _write(path: Path, key: str, parser: Lark) -> None:
         text = json.dumps(_encode({"key": key, "lark": LARK_VERSION, "data": data, "memo": memo}))
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if _private(os.stat(path.parent)):
-            write_text(path, text)
+            write_text(path, text, follow_links=False)  # a planted link never redirects the cache
             os.chmod(path, 0o600)  # whatever the umask, a file others can write is never read back
     except (TypeError, OSError, ToolError):  # no cache this time; the parser built above serves
         return

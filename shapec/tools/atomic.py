@@ -6,6 +6,10 @@ a file system), is flushed to disk, and `os.replace` puts it over the destinatio
 On any exception, Ctrl-C included, the temporary file is removed and the destination keeps its
 previous content. A process killed outright (kill -9, power loss) leaves the destination as it
 was plus, at worst, a leftover temporary file that its name marks as never being output.
+
+A destination that is a symlink is written through: the link stays and its target (created if the
+link dangles) gets the content and keeps its mode. A file the user may not write is refused, not
+renamed over (renaming needs only the folder's permission).
 """
 
 from __future__ import annotations
@@ -43,7 +47,12 @@ def reason_of(err: OSError) -> str:
     return err.strerror or (errno.errorcode.get(err.errno, "") if err.errno else "") or str(err)
 
 
-def check_destination(path: Path) -> None:
+def real_destination(path: Path) -> Path:
+    """Where writing `path` lands: through every symlink (a dangling one names the file to create)."""
+    return Path(os.path.realpath(path))
+
+
+def check_destination(path: Path, follow_links: bool = True) -> None:
     """Refuse, before any work, a destination that cannot be a regular file in an existing folder."""
     kind = path_kind(path)
     if kind == "dir":
@@ -52,7 +61,10 @@ def check_destination(path: Path) -> None:
         raise OutputError(path, "it is not a regular file")
     if kind not in ("file", "missing"):
         raise OutputError(path, kind)
-    parent = path.parent
+    real = real_destination(path)
+    if kind == "file" and not os.access(real, os.W_OK):
+        raise OutputError(path, "Permission denied (the file is read-only)")
+    parent = real.parent if follow_links and os.path.islink(path) else path.parent
     kind = path_kind(parent)
     if kind == "missing":
         raise OutputError(path, f"folder {parent} does not exist")
@@ -74,14 +86,22 @@ class AtomicFile:
     """One destination file: `open()` makes the temporary file, `commit()` renames it over the
     destination, `discard()` removes it. `tmp` is the temporary path while one exists."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, follow_links: bool = True):
+        """`follow_links=False` replaces a symlink itself (for a cache that must not write elsewhere)."""
         self.path = Path(path)
+        self.follow_links = follow_links
         self.tmp: Path | None = None
 
+    @property
+    def real(self) -> Path:
+        """The file the rename replaces; `path` stays the name messages use."""
+        return real_destination(self.path) if self.follow_links else self.path
+
     def open(self) -> Path:
-        check_destination(self.path)
+        check_destination(self.path, self.follow_links)
+        real = self.real
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{self.path.name}{TMP_MARK}{os.getpid()}-", dir=self.path.parent)
+            fd, name = tempfile.mkstemp(prefix=f".{real.name}{TMP_MARK}{os.getpid()}-", dir=real.parent)
         except OSError as err:
             raise OutputError(self.path, reason_of(err)) from None
         os.close(fd)
@@ -92,19 +112,20 @@ class AtomicFile:
         """Flush the temporary file to disk and rename it over the destination."""
         assert self.tmp is not None, "commit() before open()"
         try:
-            os.chmod(self.tmp, _mode_for(self.path))
+            real = self.real
+            os.chmod(self.tmp, _mode_for(real))
             fd = os.open(self.tmp, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            os.replace(self.tmp, self.path)
+            os.replace(self.tmp, real)
         except OSError as err:
             self.discard()
             raise OutputError(self.path, reason_of(err)) from None
         self.tmp = None
         with contextlib.suppress(OSError):  # the rename itself to disk; not every file system allows it
-            dirfd = os.open(self.path.parent, os.O_RDONLY)
+            dirfd = os.open(real.parent, os.O_RDONLY)
             try:
                 os.fsync(dirfd)
             finally:
@@ -117,9 +138,9 @@ class AtomicFile:
             self.tmp = None
 
 
-def write_text(path: Path, text: str) -> None:
-    """Replace a text file's content atomically."""
-    out = AtomicFile(path)
+def write_text(path: Path, text: str, follow_links: bool = True) -> None:
+    """Replace a text file's content atomically (through a symlink unless `follow_links` is off)."""
+    out = AtomicFile(path, follow_links)
     tmp = out.open()
     try:
         try:

@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from ..paths import not_a_file, path_kind
+from .spec import ToolError
 
 
 class UsageError(Exception):
     """Bad arguments or unreadable files: exit status 2."""
+
+
+def number(option: str, kind: type = int, lo: float = 1, hi: float | None = None, expected: str | None = None,
+           error: type[Exception] = UsageError):
+    """An argparse type for a numeric option: an int >= lo, or a finite float > lo, and <= hi, checked
+    at parse time so that inf, nan, -1 or 0 is one error line before any work, never a traceback or
+    a silent no-op. A word that is no number stays argparse's own error; a value out of range
+    raises `error` (argparse lets it through to `cli.main`), naming the option and what it takes."""
+    if expected is None:
+        expected = f"a finite number > {lo:g}" if kind is float else \
+            "a positive integer" if lo == 1 else f"an integer >= {lo}"
+
+    def parse(text: str):
+        value = kind(text)  # ValueError: argparse's "invalid int value: 'x'"
+        ok = value >= lo if kind is int else math.isfinite(value) and value > lo
+        if not ok or (hi is not None and value > hi):
+            raise error(f"{option}: expected {expected}, got {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its own message
+    return parse
 
 
 def _spec_args(p: argparse.ArgumentParser, default_backend: str = "$SHAPEC_BACKEND or numba") -> None:
@@ -31,7 +54,7 @@ def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--group-by", metavar="COLUMN",
                        help="group key column; a group is a contiguous run of one key (default: prompt_id)")
-    group.add_argument("--group-size", type=int, metavar="N", help="groups are N contiguous rows")
+    group.add_argument("--group-size", type=number("--group-size"), metavar="N", help="groups are N contiguous rows")
     p.add_argument("--length-type", choices=("chars", "tokens"),
                    help="nemo-gym: count lengths in characters or tokenizer tokens "
                         "(default: the config's length_type, else chars)")
@@ -43,6 +66,7 @@ def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 # explain and plot shape a few groups: the interpreter answers at once, where a first numba compile takes seconds
 SMALL_INPUTS_BACKEND = "interpreter"
+MIN_WIDTH = 40  # a narrower table is nothing but borders and ellipses
 
 
 def add_commands(sub) -> None:
@@ -50,7 +74,7 @@ def add_commands(sub) -> None:
     _spec_args(p)
     _data_args(p, required=True)
     p.add_argument("--out", required=True, help="shaped rollouts: .jsonl or .parquet")
-    p.add_argument("--chunk-rows", type=int, default=65536, metavar="N",
+    p.add_argument("--chunk-rows", type=number("--chunk-rows"), default=65536, metavar="N",
                    help="rows per chunk (whole groups only; default 65536)")
     p.add_argument("--on-bad-row", choices=("stop", "skip"), default="stop",
                    help="stop at a bad row, or skip its group into <out>.rejects.jsonl (default: stop)")
@@ -70,9 +94,13 @@ def add_commands(sub) -> None:
     _data_args(p, required=True)
     p.add_argument("--group", action="append", default=[], metavar="ID",
                    help="only this group (its key, or its 0-based index with --group-size); repeatable")
-    p.add_argument("--limit", type=int, default=20, help="show at most this many groups (default 20)")
-    p.add_argument("--width", type=int, help="table width (default: the terminal's)")
-    p.add_argument("--digits", type=int, metavar="N", help="significant digits of every number (default 4)")
+    p.add_argument("--limit", type=number("--limit"), default=20, metavar="N",
+                   help="show at most this many groups (default 20)")
+    p.add_argument("--width", type=number("--width", lo=MIN_WIDTH), metavar="N",
+                   help=f"table width, at least {MIN_WIDTH} (default: the terminal's)")
+    # out of range: exit status 1, as the check inside explain gave before options were typed
+    p.add_argument("--digits", type=number("--digits", hi=17, expected="1 to 17 significant digits", error=ToolError),
+                   metavar="N", help="significant digits of every number, 1 to 17 (default 4)")
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("plot", help="plot shaped reward against length (and length distributions with --data)")
@@ -80,7 +108,8 @@ def add_commands(sub) -> None:
     _data_args(p, required=False)
     p.add_argument("--out", required=True, help="image file (.png, .svg or .pdf)")
     p.add_argument("--channel", help="the input swept on the x axis (default: the first length input)")
-    p.add_argument("--max-length", type=float, default=None, help="x-axis end (default: from params or data)")
+    p.add_argument("--max-length", type=number("--max-length", float, lo=0), default=None, metavar="X",
+                   help="x-axis end, a finite number > 0 (default: from params or data)")
     p.add_argument("--meta", dest="metas", action="append", default=[], metavar="NAME=VALUE",
                    help="metadata of the plotted group (YAML value, as in a data row); repeatable")
     p.set_defaults(func=cmd_plot)
@@ -147,8 +176,6 @@ def _layout_and_grouping(args, plan, allow_short_last: bool = True):
     that does not divide the rows is an error unless --allow-short-last-group says otherwise."""
     from .rundata import FlatLayout, Grouping, NemoGymLayout
 
-    if args.group_size is not None and args.group_size <= 0:
-        raise UsageError(f"--group-size: expected a positive integer, got {args.group_size}")
     agent_key = (args.agent_by or ("agent_ref.name" if args.layout == "nemo-gym" else "agent")) \
         if plan.uses_agents else None
     if args.layout == "nemo-gym":
@@ -190,8 +217,6 @@ def cmd_run(args) -> int:
     from .rundata import format_report, run_file
 
     data = _need_file(args.data, "--data")
-    if args.chunk_rows <= 0:
-        raise UsageError(f"--chunk-rows: expected a positive integer, got {args.chunk_rows}")
     try:
         with sigterm_as_interrupt():
             _, shaper, plan = _setup(args)
@@ -224,13 +249,19 @@ def cmd_explain(args) -> int:
 
 
 def cmd_plot(args) -> int:
+    """An image that cannot be written is `shapec plot: cannot write OUT: REASON`, exit status 2, as in run."""
+    from .atomic import OutputError
     from .plot import plot
 
     data = _need_file(args.data, "--data")
     args.backend = args.backend or SMALL_INPUTS_BACKEND
-    _, shaper, plan = _setup(args)
-    layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
-    plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,
-         data=data, layout=layout, grouping=grouping, metas=args.metas)
+    try:
+        _, shaper, plan = _setup(args)
+        layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
+        plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,
+             data=data, layout=layout, grouping=grouping, metas=args.metas)
+    except OutputError as err:
+        print(f"shapec plot: {err}", file=sys.stderr)
+        return 2
     print(f"wrote {args.out}")
     return 0

@@ -130,9 +130,15 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
     import yaml
 
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_unique_key_loader())
+        raw = path.read_bytes()
+        data = yaml.load(raw.decode("utf-8"), Loader=_unique_key_loader())
     except OSError as err:
         raise ToolError(f"{path}: cannot read config ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise ToolError(f"{path}: cannot read config: not UTF-8 "
+                        f"(byte 0x{raw[err.start]:02x} at offset {err.start})") from None
+    except RecursionError:
+        raise ToolError(f"{path}: not valid YAML: nested too deeply") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
@@ -219,13 +225,22 @@ def _unique_key_loader():
 
     class Loader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
-            seen = set()
+            seen: dict = {}
             for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`, merged by the base class
+                    continue
                 key = self.construct_object(key_node, deep=True)
-                if key in seen:
+                try:
+                    first = seen.setdefault(key, key_node.value)
+                except TypeError:  # a mapping or a list as a key: no config has one
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (the later value would silently win)", key_node.start_mark)
-                seen.add(key)
+                        None, None, f"a key must be a name or a number, not a {type(key).__name__}",
+                        key_node.start_mark) from None
+                if first is not key_node.value:
+                    same = "" if first == key_node.value else f", equal to the earlier key {first!r}"
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key_node.value!r}{same} (the later value would silently win)",
+                        key_node.start_mark)
             return super().construct_mapping(node, deep)
 
     return Loader

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
-from .spec import ToolError, stage_irs
+from .spec import stage_irs
 from .trace import Value, gate_operands, trace
 
 
@@ -191,11 +191,10 @@ def trace_chunk(shaper, plan, layout, chunk: Chunk, outcome: ChunkOutcome, state
 
 def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[str], limit: int,
             width: int | None, chunk_rows: int = 65536, digits: int | None = None) -> int:
-    """Print the tables; exit status 1 when a --group ID matches no group (the closest IDs are named)."""
+    """Print the tables; exit status 1 when a --group ID matches no group (the closest IDs are named).
+    `limit`, `width` and `digits` come checked from the command line (commands.number)."""
     from rich.console import Console
 
-    if digits is not None and not 1 <= digits <= 17:
-        raise ToolError(f"--digits: expected 1 to 17 significant digits, got {digits}")
     console = Console(width=width or (None if sys.stdout.isatty() else 160), soft_wrap=False)
     inputs, _ = _needs(shaper)
     blocks, bar = open_blocks(data, layout, chunk_rows, progress_enabled=False)

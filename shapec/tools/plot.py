@@ -13,12 +13,14 @@ reinforces before and after shaping. The curve then uses the first shaped group'
 
 from __future__ import annotations
 
+import math
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import AtomicFile, OutputError, check_destination, reason_of
 from .explain import gate_verdicts
 from .plotdata import BACKGROUND, DEFAULT_MAX, Curves, channel_values, sweep, sweepable
 from .spec import ToolError, stage_irs
@@ -74,6 +76,35 @@ def parse_metas(shaper, items: list[str]) -> dict:
     return out
 
 
+def image_format(out: Path) -> str:
+    """The format `out`'s extension names, refused as run refuses its --out before any work: a
+    folder, a missing folder, or a name without an image extension (matplotlib would quietly
+    write `out.png` beside it, or create the folder)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    check_destination(out)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    fmt = out.suffix[1:].lower()
+    if fmt not in formats:
+        raise OutputError(out, f"expected an image file name ending in .png, .svg or .pdf "
+                               f"(or {', '.join('.' + f for f in sorted(formats) if f not in ('png', 'svg', 'pdf'))})")
+    return fmt
+
+
+def _save(fig, out: Path, fmt: str) -> None:
+    """Atomically, as run and fmt write: a failed save leaves the previous image as it was."""
+    target = AtomicFile(out)
+    tmp = target.open()
+    try:
+        try:
+            fig.savefig(tmp, format=fmt, dpi=110)
+        except OSError as err:
+            raise OutputError(out, reason_of(err)) from None
+        target.commit()
+    finally:
+        target.discard()
+
+
 def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float | None = None,
          data: Path | None = None, layout=None, grouping=None, metas: list[str] = ()) -> Curves:
     """Draw the figure and return the curves it drew."""
@@ -82,6 +113,7 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fmt = image_format(out)
     lengths = sweepable(shaper)
     if channel is None:
         if not lengths:
@@ -107,8 +139,8 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
             max_length = max(candidates) * 1.5
         else:
             max_length = DEFAULT_MAX[unit]
-    if not max_length > 0:
-        raise ToolError(f"--max-length must be > 0, got {max_length:g}")
+    if not (math.isfinite(max_length) and max_length > 0):  # --max-length is checked; params or data may not be
+        raise ToolError(f"the x-axis end must be a finite number > 0, got {max_length:g}; set it with --max-length")
     curves = sweep(shaper, plan, channel, unit, max_length, metadata)
 
     gates = list(curves.gates)
@@ -140,9 +172,10 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     if dist is not None:
         _plot_distribution(fig.add_subplot(grid[-1]), dist, channel, unit, max_length)
     fig.text(0.01, 0.01, caption(curves, metadata, source), fontsize=7, va="bottom", family="monospace")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        _save(fig, out, fmt)
+    finally:
+        plt.close(fig)
     return curves
 
 
