@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .compiler.check import CheckedModule, check_module
-from .compiler.imports import STDLIB, Target, resolve, target_span
+from .compiler.imports import STDLIB, Target, name_clashes, newlines, read_spec, resolve, target_span
 from .helptext import documented
 from .paths import path_kind
 from .syntax.parser import parse
@@ -23,9 +23,11 @@ class _Loader:
     def file(self, path: Path) -> CheckedModule:
         """A spec the caller named: its imports stay inside its folder's tree."""
         path = Path(path)
-        return self.source(path.read_text(encoding="utf-8"), str(path), path.parent)
+        return self.source(read_spec(path), str(path), path.parent)
 
     def source(self, text: str, filename: str, folder: Path) -> CheckedModule:
+        """Text given as a string follows a file's newline rule (imports.newlines) too."""
+        text = newlines(text)
         root = folder.absolute().resolve()
         if root.is_relative_to(STDLIB):
             root = STDLIB
@@ -43,7 +45,15 @@ class _Loader:
             found = resolve(target, is_path, folder, root, span)
             return found if isinstance(found, Diagnostic) else self.imported(found, span)
 
-        return check_module(parse(text, filename), text, filename, load)
+        module = parse(text, filename)
+        diags = name_clashes(module)  # a clash fails the file, so which import check_module keeps never shows
+        try:
+            checked = check_module(module, text, filename, load)
+        except ShapeError as err:
+            diags += err.diagnostics
+        if diags:
+            raise ShapeError(sorted(diags, key=lambda d: (d.path, d.span.start)))
+        return checked
 
     def imported(self, t: Target, span: Span) -> CheckedModule | Diagnostic:
         if t.real in self.done:
@@ -183,8 +193,11 @@ def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
 def _rebuild(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False):
     """Unpickle a compiled shaper: recompile from its source (the kernel cache makes this cheap)."""
     path = Path(filename)
-    mod = compile_file(path, backend, parallel) if path.is_file() and path.read_text(encoding="utf-8") == source else compile_str(
-        source, filename, backend, parallel)
+    try:
+        same = path_kind(path) == "file" and read_spec(path) == source
+    except (OSError, ShapeError):
+        same = False
+    mod = compile_file(path, backend, parallel) if same else compile_str(source, filename, backend, parallel)
     shaper = mod[name]
     shaper.load_state_dict(state)
     return shaper

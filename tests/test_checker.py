@@ -22,7 +22,7 @@ CASES = [
     ("E204", body("let x = clip(length, 1)"), "clip(length, 1)", body("let x = clip(length, 1, 2)")),
     ("E104", body("let x = " + " + ".join(["length"] * 300)), "length + length", body("let x = " + " + ".join(["length"] * 256))),
     ("E105", body('metric "a\\qb" = 1'), "\\q", body('metric "a\\nb" = 1')),
-    ("E106", body('metric "a\rb" = 1'), "\r", body('metric "a\\rb" = 1')),
+    ("E106", body('metric "a\x1bb" = 1'), "\x1b", body('metric "a\\x1bb" = 1')),  # a raw CR ends the line (E102)
     ("E107", body("let x = 1" + "0" * 400), "1000", body("let x = 1e300")),
     ("E205", 'import "missing.shape"\n' + body("let x = 1"), '"missing.shape"', body("let x = 1")),
     ("E210", 'import "/etc/x.shape"\n' + body("let x = 1"), '"/etc/x.shape"', body("let x = 1")),

@@ -53,11 +53,16 @@ def aot_enabled() -> bool:
     return value == "1" and not _FELL_BACK
 
 
+_NAME_CHARS = 32  # of the shaper's name in a cache file name: enough to recognise it, bounded whatever the spec
+
+
 def module_path(ir: ShaperIR | PipelineIR, source: str) -> Path:
-    """Named by the first stage's shaper and the key: a one-stage pipeline generates the same module
-    as its shaper, and the two then share one file and one compile (`load("nemo_rl")` has both)."""
+    """Named by the first stage's shaper name, cut short (a name is an ASCII identifier of any length:
+    the grammar's NAME), and the key, which alone identifies the module: a one-stage pipeline
+    generates the same module as its shaper, and the two then share one file and one compile
+    (`load("nemo_rl")` has both)."""
     first = ir.stages[0][0].name if isinstance(ir, PipelineIR) else ir.name
-    return cache_dir() / f"{first}_{cache_key(source)[:24]}.py"
+    return cache_dir() / f"{first[:_NAME_CHARS]}_{cache_key(source)[:24]}.py"
 
 
 @functools.lru_cache(maxsize=None)

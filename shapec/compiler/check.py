@@ -15,6 +15,7 @@ from ..syntax import ast as A
 from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
 from .check_common import BAD, const_num, suggest
+from .imports import bound_name
 from .ir import LEVEL_NAMES, POISON, Node, ParamSpec, PipelineIR, ShaperIR
 from .ir_depth import deep_expressions
 from .ordering import stage_order
@@ -46,7 +47,7 @@ class Checker:
                 if isinstance(loaded, Diagnostic):  # refused or not found, with the loader's reason
                     self.diags.append(loaded)
                     continue
-                alias = it.alias or Path(it.target).stem.replace("-", "_")
+                alias = bound_name(it)
                 self.modules[alias] = loaded
                 for fname, fn in loaded.fns.items():
                     self.fns.setdefault(fname, fn)

@@ -7,6 +7,9 @@ modules, shapec/stdlib). Absolute paths, `..` or symlinks that leave the tree, N
 characters and targets that are not `.shape` files are refused with a coded diagnostic
 (E210, E211, E205), and no diagnostic ever quotes a file that is not a spec being checked.
 A spec reached through a symlink (inside the tree) imports relative to the symlink's folder.
+
+Every spec file shapec reads (a command's SPEC, an import, a stdlib module, `fmt`) is read by
+`read_spec`, so a file means the same thing however it is reached.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from ..paths import path_kind
-from ..syntax.source import Diagnostic, Span
+from ..syntax import ast as A
+from ..syntax.parser import BOM
+from ..syntax.source import Diagnostic, ShapeError, Source, Span
 
 STDLIB = Path(__file__).resolve().parents[1] / "stdlib"
 _IMPORT_KEYWORD = re.compile(r"import(?:\s|#[^\n]*)*")
@@ -31,6 +36,30 @@ class Target:
     real: Path  # resolved: the identity used to share modules and find cycles
     root: Path
     text: str
+
+
+def newlines(text: str) -> str:
+    """Python's rule (its tokenizer's, and universal newlines'): CRLF, a lone CR and LF each end a
+    line, and become LF. The grammar and the line:col of diagnostics count LF only, so a lone CR
+    left in would end a line in an editor but not in the spec (a comment would hide what follows)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def spec_source(data: bytes, filename: str) -> str:
+    """A spec file's bytes as text: strict UTF-8, newlines by `newlines`. Bytes that are not UTF-8
+    raise ShapeError E102 at the first bad byte's line and column."""
+    try:
+        return newlines(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        text = newlines(data.decode("utf-8", errors="replace")).removeprefix(BOM)  # positions as parse counts
+        at = len(newlines(data[:err.start].decode("utf-8")).removeprefix(BOM))
+        msg = f"byte 0x{data[err.start]:02x} is not UTF-8 text; a .shape spec is UTF-8 (save it as UTF-8)"
+        raise ShapeError([Diagnostic("E102", msg, Span(Source(filename, text), at, at + 1))]) from None
+
+
+def read_spec(path: Path) -> str:
+    """The text of the spec file at path (see `spec_source`); raises OSError or ShapeError."""
+    return spec_source(Path(path).read_bytes(), str(path))
 
 
 def target_span(span: Span) -> Span:
@@ -50,6 +79,38 @@ def target_span(span: Span) -> Span:
     while end < span.end and (text[end].isalnum() or text[end] in "._"):
         end += 1
     return Span(span.source, m.end(), end)
+
+
+def alias_span(it: A.Import) -> Span:
+    """Where the name an import binds is written: its `as` name (the statement's last token), else its target."""
+    span = it.span
+    return Span(span.source, span.end - len(it.alias), span.end) if it.alias else target_span(span)
+
+
+def bound_name(it: A.Import) -> str:
+    """The name an import binds in its file: its `as` name, else its target's stem."""
+    return it.alias or Path(it.target).stem.replace("-", "_")
+
+
+def name_clashes(module: A.Module) -> list[Diagnostic]:
+    """E202 for each import whose name (`bound_name`) an earlier import or a fn, shaper or
+    pipeline of the same file also defines: each name of a file means one thing, and a second
+    import must not silently replace the first."""
+    kinds = {A.FnDef: "fn", A.Shaper: "shaper", A.Pipeline: "pipeline", A.Import: "import"}
+    defined = {it.name: it for it in module.items if isinstance(it, (A.FnDef, A.Shaper, A.Pipeline))}
+    bound: dict[str, A.Import] = {}
+    clashes = []
+    for it in module.items:
+        if not isinstance(it, A.Import):
+            continue
+        name = bound_name(it)
+        other = bound.setdefault(name, it) if name not in defined else defined[name]
+        if other is not it:
+            line = other.span.source.position(other.span.start)[0]
+            how = "is already defined" if isinstance(other, A.Import) else "is also defined"
+            clashes.append(Diagnostic("E202", f"{name!r} {how} (by the {kinds[type(other)]} at line {line})",
+                                      alias_span(it)))
+    return clashes
 
 
 def resolve(target: str, is_path: bool, folder: Path, root: Path, span: Span) -> Target | Diagnostic:
@@ -100,9 +161,11 @@ def _inside(path: Path, root: Path, target: str, at: Span) -> Path | Diagnostic:
 def _read(path: Path, real: Path, root: Path, target: str, at: Span) -> Target | Diagnostic:
     """The text of a regular file (its callers have looked)."""
     try:
-        text = real.read_bytes().decode("utf-8")
+        text = read_spec(real)
     except OSError as err:
         return Diagnostic("E211", f"cannot import {target!r}: {err.strerror or type(err).__name__}", at)
-    except UnicodeDecodeError:
-        return Diagnostic("E211", f"cannot import {target!r}: not UTF-8 text, so not a .shape spec", at)
+    except ShapeError as err:  # where the bad byte is, without quoting a file that may not be a spec
+        line, col = err.diagnostics[0].location()[:2]
+        return Diagnostic("E211", f"cannot import {target!r}: not UTF-8 text (line {line}, column {col}), "
+                          "so not a .shape spec", at)
     return Target(path, real, root, text)

@@ -94,6 +94,7 @@ def _shaper_section(module_name: str, ast_shaper, ir) -> list[str]:
 def stdlib_page() -> str:
     from ..api import STDLIB, compile_file
     from ..syntax import ast as A
+    from ..compiler.imports import read_spec
     from ..syntax.parser import parse
 
     lines = [GENERATED, "# Standard library\n",
@@ -104,7 +105,7 @@ def stdlib_page() -> str:
              "executed by the test suite.\n"]
     for path in sorted(STDLIB.glob("*.shape")):
         module = compile_file(path, backend="interpreter")
-        tree = parse(path.read_text(encoding="utf-8"), str(path))
+        tree = parse(read_spec(path), str(path))
         shapers = {it.name: it for it in tree.items if isinstance(it, A.Shaper)}
         lines.append(f"## `{path.stem}`\n")
         if module.doc:
