@@ -63,6 +63,13 @@ def test_band_matches_the_interpreters_band_multiplier():
         assert same(h.k_band(x, a, b, f, present), want), (a, b, f, present, x)
 
 
+def test_k_at_names_the_rollout_the_general_loop_matches():
+    for k in (0, 1, 4):
+        for index in (-1.0, -0.0, 0.0, 0.5, 1.0, 3.0, 3.999, 4.0, 1e300, math.inf, -math.inf, NAN):
+            matches = [i for i in range(k) if float(i) == index]  # the loop's `float(i - s) == index`
+            assert h.k_at(index, k) == (matches[0] if matches else -1), (index, k)
+
+
 def test_buffer_utilities():
     buf = np.array([3.0, NAN, 1.0])
     assert h.k_usable(buf, 1) and not h.k_usable(buf, 2) and not h.k_usable(buf, 0)

@@ -225,6 +225,7 @@ class Groups:
             self.first_running = True
             self.first_factor = True
             self.has_terms = False
+            self.zero_skipped = False  # whether a skipped term left its 0.0s out of `tot` (term_sum)
             for step in ir.steps:
                 o(self.note(self.label(step)))
                 getattr(self, f"step_{step.kind}")(step, scope)

@@ -70,6 +70,13 @@ def k_flag(b):
     return 1.0 if b else 0.0
 
 
+def k_at(index, k):
+    """The rollout an index names, as an int, if it is a whole number in [0, k); else -1."""
+    if index >= 0.0 and index < k and float(int(index)) == index:
+        return int(index)
+    return -1
+
+
 def k_cmp(op, a, b):
     if isnan(a) or isnan(b):
         return nan

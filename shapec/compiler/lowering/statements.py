@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from ..ir import CONST, GROUP, PARAM, Node, Step
 from .emitter import Scope, walk
-from .reductions import BATCH_RUNNING
+from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
+
+
+def _reductions(node: Node) -> list[Node]:
+    """The group reductions under node."""
+    return [n for n in walk(node) if n.op == "reduce"]
 
 
 def conjuncts(when: Node) -> list[Node]:
@@ -108,13 +113,14 @@ class Statements:
                 self.hoist(n, scope, "group")
         return self.ex(step.expr, "rollout", scope)
 
-    def applies(self, step: Step, scope: Scope) -> str:
+    def applies(self, step: Step, scope: Scope, skip_index: bool = False) -> str:
         """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none).
 
         Inside a statement's guard (`guarded`) its group-level conjuncts are known to be 1, and a
-        1 leaves a three-valued `and` as the other operand is: only the other conjuncts are tested."""
+        1 leaves a three-valued `and` as the other operand is: only the other conjuncts are tested.
+        skip_index leaves out the test of an `on` index (`term_at_one_rollout` writes it there)."""
         parts = []
-        if step.on is not None:
+        if step.on is not None and not (skip_index and self.at_one_rollout(step)):
             parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind == "index"
                          else self.truth(step.on, "rollout", scope))
         if step.when is not None:
@@ -193,10 +199,13 @@ class Statements:
         saved = dict(scope.names)
         guard = self.fresh("guard")  # a name of its own, so the scheduler can move it
         o(f"{guard} = True  " + self.note("the group-level conditions of when, cheapest first, while they hold"))
+        first_reducing = next((c for c in conds if _reductions(c)), None)
         for cond in conds:
             o(f"if {guard}:")
             with o.indented():
                 self.hoist(cond, scope, "group")
+                if cond is first_reducing:
+                    self.hoist_passes_beside(cond, step, scope)
                 o(f"{guard} = {self.truth(cond, 'group', scope)}")
         o(f"if {guard}:")
         with o.indented():
@@ -207,6 +216,28 @@ class Statements:
         with o.indented():
             off()
         scope.names = saved
+
+    def hoist_passes_beside(self, cond: Node, step: Step, scope: Scope) -> None:
+        """The statement's other running reductions, hoisted beside the first conjunct's.
+
+        When that conjunct's reductions are each one running pass, the statement's other
+        one-pass reductions over the same rollouts or items (its argmax target, say) are
+        computed with them, so the scheduler fuses them into one loop. They are pure, so
+        computing them for a group the conjunct then rules out changes nothing but the time."""
+        own = _reductions(cond)
+        if not all(self.single_pass(n) for n in own):
+            return
+        ranges = {n.attr[1] for n in own}
+        for part in (step.expr, step.on, step.when):
+            for n in _reductions(part) if part is not None else ():
+                if self.single_pass(n) and n.attr[1] in ranges:
+                    self.hoist(n, scope, "group")
+
+    def single_pass(self, node: Node) -> bool:
+        """A reduction written as one running pass that hoists nothing else (no reduction or band under it)."""
+        return (node.attr[0] not in ROLLOUT_VALUED and self.is_running(node)
+                and not any(n.op in ("reduce", "breduce") or n.ty.kind == "band"
+                            for a in node.args for n in walk(a)))
 
     def group_conjuncts(self, when: Node | None) -> list[Node]:
         """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
@@ -223,6 +254,9 @@ class Statements:
         def body():
             value = self.rollout_loop(step, scope)
             slot = self.slot("term", k)
+            if self.at_one_rollout(step):
+                self.term_at_one_rollout(step, scope, k, value, total)
+                return
             o("for i in range(s, e):")
             with o.indented():
                 o(f"x = {value}")
@@ -231,6 +265,9 @@ class Statements:
                 o(f"tot[i - s] = {total}{slot}")
 
         def off():
+            if total:  # the 0.0s this skips would turn a -0.0 sum into 0.0: `tz` adds that at the end
+                o("tz = 0.0")
+                self.zero_skipped = True
             o("for i in range(s, e):")
             with o.indented():
                 o(f"{self.slot('term', k)} = 0.0")
@@ -238,8 +275,39 @@ class Statements:
                 if not total:
                     o("tot[i - s] = 0.0")
 
+        if not self.has_terms and len(self.ir.terms) > 1:
+            o("tz = -0.0  " + self.note("added to the term sum: -0.0 changes nothing, 0.0 makes a -0.0 sum 0.0"))
         self.guarded(step, scope, body, off)
         self.has_terms = True
+
+    def at_one_rollout(self, step: Step) -> bool:
+        """Whether the statement applies at most at one rollout of a group: `on` a group-level index."""
+        return step.on is not None and step.on.ty.kind == "index" and step.on.ty.level <= GROUP
+
+    def term_at_one_rollout(self, step: Step, scope: Scope, k: int, value: str, total: str) -> None:
+        """A term `on` an index (argmin, argmax): 0 everywhere, then its value at that one rollout.
+
+        The pass writes what the general loop writes where the index does not match (0, and the
+        running total plus 0, which turns a -0.0 total into 0.0), and the index rollout adds its
+        value to the total as it was before that pass, so every bit is the general loop's."""
+        o = self.out
+        slot = self.slot("term", k)
+        at, before = self.fresh("at"), self.fresh("tj")
+        o(f"{at} = k_at({self.ex(step.on, 'group', scope)}, e - s)  " + self.note("-1: no rollout"))
+        if total:
+            o(f"{before} = tot[{at}] if {at} >= 0 else 0.0")
+        o("for i in range(s, e):")
+        with o.indented():
+            o(f"{slot} = 0.0")
+            self.publish("term", k)
+            o(f"tot[i - s] = {total}{slot}")
+        o(f"if {at} >= 0:")
+        with o.indented():
+            o(f"i = s + {at}")
+            o(f"x = {value}")
+            o(f"{slot} = x if {self.applies(step, scope, skip_index=True)}not isnan(x) else 0.0")
+            self.publish("term", k)
+            o(f"tot[i - s] = {before + ' + ' if total else ''}{slot}")
 
     def slot(self, kind: str, k: int) -> str:
         """Where a term's or factor's value lives while its group is shaped: the output itself
@@ -262,10 +330,17 @@ class Statements:
             with self.out.indented():
                 self.out(f"{kind}s[{k}, i] = {self.slot(kind, k)}")
 
+    def term_sum(self) -> str:
+        """The group's term sum at a rollout as the interpreter adds it: every term, a skipped one's 0.0 too.
+
+        Adding 0.0 changes a sum only from -0.0 to 0.0, and a sum is -0.0 only when every term
+        added to it is, so the skipped terms' 0.0s come to one 0.0 added at the end."""
+        return "(tot[i - s] + tz)" if self.zero_skipped else "tot[i - s]"
+
     def start_running(self) -> None:
         """The running reward: the input reward plus the term sum, from the first clamp or factor on."""
         if self.first_running:
-            self.out(f"run[i - s] = rewards[i]{' + tot[i - s]' if self.has_terms else ''}")
+            self.out(f"run[i - s] = rewards[i]{' + ' + self.term_sum() if self.has_terms else ''}")
 
     def step_clamp(self, step: Step, scope: Scope) -> None:
         o = self.out
@@ -329,7 +404,7 @@ class Statements:
         elif not self.first_running:
             final = "run[i - s]"
         else:
-            final = "rewards[i] + tot[i - s]" if self.has_terms else "rewards[i]"
+            final = "rewards[i] + " + self.term_sum() if self.has_terms else "rewards[i]"
         o("if code == 0:")
         with o.indented():
             o("for i in range(s, e):")
