@@ -1,6 +1,7 @@
 """`shapec run` never loses or mangles a value on the way to the output: every field of every row
-reaches a Parquet output or is refused with its row and field; a lone surrogate, a repeated
-Parquet column or a field run would overwrite is a one-line error, never a traceback."""
+reaches a Parquet output or is refused with its row and field; a lone surrogate, a key that
+repeats in a JSONL object, a repeated Parquet column or a field run would overwrite is a
+one-line error, never a traceback."""
 
 from __future__ import annotations
 
@@ -99,6 +100,23 @@ def test_a_lone_surrogate_is_a_bad_row_naming_its_field(tmp_path, spec):
     rejects = [json.loads(line) for line in (tmp_path / "o.rejects.jsonl").read_text().splitlines()]
     assert [(r["row"], r["group"]) for r in rejects] == [(2, "p\\ud800"), (3, "p2")]
     assert rejects[0]["record"] == SURROGATE and "row 3: k\\udc00: expected Unicode text" in rejects[1]["reason"]
+
+
+@pytest.mark.parametrize("line, key", [
+    ('{"prompt_id":"p1","reward":1,"reward":0,"length":1}', "reward"),
+    ('{"prompt_id":"p1","reward":1,"length":1,"m":{"a":1,"a":2}}', "a"),
+    ('{"prompt_id":"p1","reward":1,"length":1,"n":' + "1" * 5000 + ',"n":2}', "n"),  # and a too-long integer
+    ('{"prompt_id":"p1","m":{"a":1,"a":2},"reward":1,"length":1,"n":' + "1" * 5000 + '}', "a"),
+], ids=["top", "nested", "long_int_first", "long_int_after"])
+def test_a_key_that_repeats_in_an_object_is_a_bad_row(tmp_path, spec, line, key):
+    data = write_jsonl(tmp_path / "d.jsonl", [row("p0", 1, 1), line, row("p2", 0, 2)])
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl")
+    assert rc == 1 and "Traceback" not in err and err.startswith("shapec: error: row 2: "), err
+    assert f"got {key!r} 2 times" in err
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip")
+    assert rc == 0, err
+    out = [json.loads(x) for x in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["prompt_id"] for r in out] == ["p0", "p2"]  # the bad row's group is known: the others stay
 
 
 def test_explain_shows_a_lone_surrogate_row_as_rejected(tmp_path, spec):

@@ -1,7 +1,8 @@
 """Reading rollout files in blocks: JSONL lines or Parquet record batches, one row per rollout.
 
 A JSONL line that cannot be a row (invalid UTF-8, invalid JSON, an integer longer than Python
-reads, nesting deeper than the JSON reader goes, a lone UTF-16 surrogate escape, not an object) is kept as a BadLine in its place,
+reads, nesting deeper than the JSON reader goes, a lone UTF-16 surrogate escape, a key that
+repeats in an object, not an object) is kept as a BadLine in its place,
 so row numbers stay exact and the line reaches the rejects file as it was.
 """
 
@@ -193,6 +194,34 @@ def _find(value: Any, cls: type, path: str = "") -> tuple[str, Any] | None:
     return None
 
 
+class _RepeatedKey(Exception):
+    def __init__(self, key: str, times: int):
+        super().__init__(key)
+        self.key, self.times = key, times
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+    """An object's dict, refusing a key that repeats: `{"reward": 1, "reward": 0}` has no one reward."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        keys = [k for k, _ in pairs]
+        key = next(k for k in keys if keys.count(k) > 1)
+        raise _RepeatedKey(key, keys.count(key))
+    return out
+
+
+def _repeated(text: str, err: _RepeatedKey) -> BadLine:
+    """The bad line of a key that repeats, with the row for its group: without that key at the top
+    (when it is the group key, the group cannot be known, and the groups it may be in are rejected)."""
+    try:
+        value = json.loads(text, parse_int=_int_or_marker)
+    except RecursionError:
+        value = None
+    row = {k: v for k, v in value.items() if k != err.key} if isinstance(value, dict) else None
+    return BadLine(text, f"expected each key once in an object, got {err.key!r} {err.times} times "
+                         "(a JSON reader keeps one of them; which one differs between readers)", err.key, row)
+
+
 def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
     """One JSONL line (its first byte at `offset` in the file): a row, a BadLine, or None if blank."""
     try:
@@ -205,7 +234,9 @@ def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
         return None
     text = text.rstrip("\r\n")  # the line as it was, for the rejects file
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_keys)
+    except _RepeatedKey as err:
+        return _repeated(text, err)
     except json.JSONDecodeError as err:
         return BadLine(text, f"not valid JSON ({err.msg} at column {err.colno})")
     except RecursionError:
@@ -214,8 +245,10 @@ def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
     except ValueError:  # an integer literal past sys.get_int_max_str_digits()
         limit = sys.get_int_max_str_digits()
         try:
-            value = json.loads(text, parse_int=_int_or_marker)
+            value = json.loads(text, parse_int=_int_or_marker, object_pairs_hook=_unique_keys)
             where, marker = _find(value, _TooLong)
+        except _RepeatedKey as err:
+            return _repeated(text, err)
         except RecursionError:
             return BadLine(text, f"not readable: an integer of more than {limit} digits, nested deeply")
         return BadLine(text, f"expected a number, got an integer of {marker.digits} digits (more than the "
