@@ -39,3 +39,20 @@ def assert_error(source: str, code: str, snippet: str, nth: int = 0, message: st
 def assert_ok(source: str):
     diags = check_source(source)
     assert diags == [], [d.render() for d in diags]
+
+
+def every_backend(source: str, name: str = "t") -> list:
+    """One shaper of a spec on the interpreter, numba and numba parallel (the first is the oracle)."""
+    import shapec
+
+    return [shapec.compile_str(source, "t.shape", "interpreter")[name],
+            shapec.compile_str(source, "t.shape", "numba")[name],
+            shapec.compile_str(source, "t.shape", "numba", parallel=True)[name]]
+
+
+def ragged_offsets(rng, largest: int, most_groups: int):
+    """Offsets of 1..most_groups groups of 0..largest rollouts each (empty groups included)."""
+    import numpy as np
+
+    sizes = rng.integers(0, largest + 1, int(rng.integers(1, most_groups + 1)))
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import shapec
+from .helpers import every_backend, ragged_offsets
 
 SPECS = {
     "mean_in_when": "term a = w on right when w > 0 and batch.mean(y where right) > 3",
@@ -24,19 +24,16 @@ HEAD = ("shaper t(w: float = 0.1) requires binary produces real {\n  input x: to
 @pytest.mark.parametrize("name", SPECS)
 def test_batch_reductions_in_group_statements_match_the_interpreter(name):
     source = HEAD + SPECS[name] + "\n}\n"
-    shapers = [shapec.compile_str(source, "t.shape", "interpreter")["t"],
-               shapec.compile_str(source, "t.shape", "numba")["t"],
-               shapec.compile_str(source, "t.shape", "numba", parallel=True)["t"]]
+    shapers = every_backend(source)
     rng = np.random.default_rng(len(name))
     for _ in range(25):
-        sizes = rng.integers(0, 7, int(rng.integers(1, 9)))
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        offsets = ragged_offsets(rng, 6, 8)
         n = int(offsets[-1])
         rewards = (rng.random(n) < 0.6).astype(float)
         x = rng.integers(0, 9, n).astype(float)
         w = float(rng.choice([0.0, 0.1, -0.2]))
         outs = [s(rewards, offsets=offsets, channels={"x": x}, params={"w": w}) for s in shapers]
         for out in outs[1:]:
-            assert out.rewards.tobytes() == outs[0].rewards.tobytes(), (sizes, w)
+            assert out.rewards.tobytes() == outs[0].rewards.tobytes(), (offsets, w)
             for t in outs[0].terms:
                 assert out.terms[t].tobytes() == outs[0].terms[t].tobytes()

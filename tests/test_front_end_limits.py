@@ -103,7 +103,7 @@ def test_numbers_at_the_edge_of_float64():
     assert d.code == "E107"
 
 
-@pytest.mark.parametrize("raw, name", [("\0", "U+0000"), ("\r", "U+000D"), ("\x1b", "U+001B")])
+@pytest.mark.parametrize("raw, name", [("\0", "U+0000"), ("\x01", "U+0001"), ("\x1b", "U+001B")])
 def test_raw_control_character_in_a_string_is_e106(raw, name):
     text = spec(f'metric "a{raw}b" = 1')
     [d] = check_source(text, "f.shape")
@@ -111,6 +111,13 @@ def test_raw_control_character_in_a_string_is_e106(raw, name):
     assert name in d.message
     line = d.render().splitlines()[1]
     assert raw not in line and "\ufffd" in line  # shown, not interpreted by the terminal
+
+
+def test_a_raw_cr_in_a_string_ends_its_line():
+    """A lone CR is a line break, as in Python (imports.newlines): the string is unterminated."""
+    text = spec('metric "a\rb" = 1')
+    [d] = check_source(text, "f.shape")
+    assert d.code == "E102" and "unterminated string" in d.message
 
 
 @pytest.mark.parametrize("escape, problem", [

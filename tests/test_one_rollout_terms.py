@@ -13,6 +13,8 @@ import pytest
 import shapec
 from shapec.compiler.lowering import emit_python
 
+from .helpers import every_backend, ragged_offsets
+
 SPECS = {  # after a term that is -0.0 wherever it applies when w is 0 (rewards -0.0 included), so totals can be -0.0
     "first_term": "term b = v on argmin(y where right)\n  term a = -w on not right",
     "after_a_term": "term a = -w on not right\n  term b = v on argmax(y where y > 3)",
@@ -28,20 +30,17 @@ HEAD = ("shaper t(w: float = 0.0, v: float = 0.0) requires real produces real {\
 def test_terms_at_one_rollout_match_the_interpreter(name):
     source = HEAD + SPECS[name] + "\n}\n"
     assert "k_at(" in emit_python(shapec.compile_str(source, "t.shape", "interpreter")["t"].ir)
-    shapers = [shapec.compile_str(source, "t.shape", "interpreter")["t"],
-               shapec.compile_str(source, "t.shape", "numba")["t"],
-               shapec.compile_str(source, "t.shape", "numba", parallel=True)["t"]]
+    shapers = every_backend(source)
     rng = np.random.default_rng(len(name))
     for _ in range(40):
-        sizes = rng.integers(0, 6, int(rng.integers(1, 7)))
-        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        offsets = ragged_offsets(rng, 5, 6)
         n = int(offsets[-1])
         rewards = rng.choice([-0.0, 0.0, 1.0, -0.0, 2.5], n)
         x = rng.integers(0, 6, n).astype(float)
         params = {"w": float(rng.choice([0.0, 0.5])), "v": float(rng.choice([0.0, -0.0, 0.25]))}
         outs = [s(rewards, offsets=offsets, channels={"x": x}, params=params) for s in shapers]
         for out in outs[1:]:
-            assert out.rewards.tobytes() == outs[0].rewards.tobytes(), (sizes, rewards, x, params)
+            assert out.rewards.tobytes() == outs[0].rewards.tobytes(), (offsets, rewards, x, params)
             for t in outs[0].terms:
-                assert out.terms[t].tobytes() == outs[0].terms[t].tobytes(), (t, sizes, x, params)
+                assert out.terms[t].tobytes() == outs[0].terms[t].tobytes(), (t, offsets, x, params)
 

@@ -8,7 +8,6 @@ them); the property analysis of `ensure` clauses is shapec/analysis/.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from ..syntax import ast as A
