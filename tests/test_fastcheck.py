@@ -44,6 +44,19 @@ def test_clean_values_agrees_with_numpy(values, nonneg, allow_nan, whole):
     assert fast == ok
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 3 * fastcheck.BLOCK + 7), st.data(), st.booleans(), st.booleans(), st.booleans())
+def test_clean_values_finds_one_bad_value_anywhere_in_a_long_array(n, data, nonneg, allow_nan, whole):
+    """Arrays longer than a block, clean but for at most one value: the blocks' bounds are right."""
+    arr = np.arange(n, dtype=np.float64) % 7
+    if n and data.draw(st.booleans()):
+        arr[data.draw(st.integers(0, n - 1))] = data.draw(VALUES)
+    bad = ~np.isfinite(arr) & ~(np.isnan(arr) & allow_nan)
+    bad |= nonneg & (arr < 0)
+    bad |= whole & np.isfinite(arr) & (arr != np.floor(arr))
+    assert bool(fastcheck.clean_values(arr, nonneg, allow_nan, whole)) == (not bad.any())
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(VALUES, min_size=3, max_size=3), min_size=1, max_size=6), st.booleans(),
        st.lists(st.sampled_from([0.0, 1.0, 0.5, math.nan]), min_size=6, max_size=6))
