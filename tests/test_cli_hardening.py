@@ -138,6 +138,27 @@ def test_params_api_refuses_wrong_types_and_keeps_right_ones():
     assert validate_params(ir, {"alpha": np.array(0.3)})["alpha"] == 0.3
 
 
+BAND = '''shaper b(w: band = {1, 3, 0.5}) requires binary produces unit {
+  input length: tokens
+  factor f = band(length, w) on reward > 0
+}
+'''
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_remembered_params_never_let_an_equal_ill_typed_value_through(backend):
+    """The params memos (params.seen_key, the fast lane's) key on every item's type: (1, 3, True) is
+    equal to (1, 3, 1.0) and hashes alike, but only the second is a band."""
+    shaper = shapec.compile_str(BAND, "t.shape", backend)["b"]
+    rewards, length = np.array([1.0, 1.0]), np.array([1.0, 2.0])
+    good = shaper(rewards, group_size=2, channels={"length": length}, params={"w": (1.0, 3.0, 1.0)})
+    for bad in ((1.0, 3.0, True), [1.0, 3.0, True], (1.0, True, 1.0)):
+        with pytest.raises(ParamError, match="param 'w' of shaper 'b': expected a band"):
+            shaper(rewards, group_size=2, channels={"length": length}, params={"w": bad})
+    again = shaper(rewards, group_size=2, channels={"length": length}, params={"w": (1.0, 3.0, 1.0)})
+    assert again.rewards.tobytes() == good.rewards.tobytes()
+
+
 # ------------------------------------------------------------------ B9: symlinks, modes, read-only files
 def test_fmt_writes_through_a_symlink(files, capsys):
     target = files / "t.shape"

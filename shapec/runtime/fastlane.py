@@ -20,7 +20,7 @@ import numpy as np
 from ..compiler.ir import UNITS, ShaperIR
 from ..compiler.kernel import EMPTY
 from .batch import no_bands
-from .params import param_arrays
+from .params import param_arrays, remember, seen_key
 from .validate import compiled_checks
 
 _F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
@@ -71,6 +71,7 @@ class FastLane:
         self.state_slot = slot.get(("state", None))
         self.thread_slot = slot.get(("nthreads", None))
         self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
+        self._params: dict[tuple, dict] = {}  # params as passed -> the stage's param arrays (`_param_arrays`)
 
     def __call__(self, rewards, group_size, offsets, channels, metadata, params, breakdown: bool):
         values = [None] * self.width
@@ -127,11 +128,23 @@ class FastLane:
                 self._record(values, *plan, value, G)
             else:
                 self._list(values, *plan, value, G)
+        return r, off, self._param_arrays(params, G)
+
+    def _param_arrays(self, params, G: int) -> dict:
+        """The stage's param arrays, remembered by the params as passed (values and types, as
+        params.param_arrays remembers them after the merge), so a training loop passing one config
+        skips the merge too."""
+        key = (G,) if params is None else seen_key(self.ir, params, G)
+        found = self._params.get(key) if key is not None else None
+        if found is not None:
+            return found
         try:  # the shaper's own params merge (stage names, bound arguments); an error is the general path's to word
             arrays = param_arrays(self.ir, self.shaper._stage_params(params)[0], G)
         except Exception:
             raise _Aside from None
-        return r, off, arrays
+        if key is not None:
+            remember(self._params, key, arrays)
+        return arrays
 
     def _group_offsets(self, n: int, group_size, offsets) -> np.ndarray:
         if offsets is None:

@@ -156,7 +156,7 @@ def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict
     The same scalar params on the same number of groups return the same dict (shared: neither
     backend writes to it), so a training loop that passes one config every step pays for a dict
     lookup, and callers may cache what they derive from it by identity."""
-    seen = _seen_key(ir, params, G)
+    seen = seen_key(ir, params, G)
     if seen is not None and seen in _UNIFORM:
         return _UNIFORM[seen]
     params = mapping_of_params(params, f"params of shaper {ir.name!r}")
@@ -189,22 +189,35 @@ def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict
         else:
             out[spec.name] = np.full(G, _encode(spec, resolved[spec.name]), dtype=np.float64)
     if key is not None:
-        _remember(_UNIFORM, (key, G), out)
+        remember(_UNIFORM, (key, G), out)
         if seen is not None:
-            _remember(_UNIFORM, seen, out)
+            remember(_UNIFORM, seen, out)
     return out
 
 
-def _seen_key(ir: ShaperIR, params: Any, G: int) -> tuple | None:
-    """The exact params as passed (values and their types, in order), when they are all hashable."""
+def seen_key(ir: ShaperIR, params: Any, G: int) -> tuple | None:
+    """The exact params as passed (values and their types, in order), when they are all hashable
+    scalars or tuples (a list is per-group values: not remembered)."""
     if type(params) is not dict:
         return None
+    types = tuple(map(type, params.values()))
+    if list in types:
+        return None
     try:
-        key = (id(ir), G, tuple(params.items()), tuple(map(type, params.values())))
+        key = (id(ir), G, tuple((k, _typed(v)) for k, v in params.items()) if tuple in types
+               else (tuple(params.items()), types))
         hash(key)
     except TypeError:
         return None
     return key
+
+
+def _typed(value: Any) -> tuple:
+    """A value with its type, and its items' (a band (1, 3, True) is not (1, 3, 1.0): equal, and it
+    hashes alike, but only one of them is valid); lists become tuples, so the key is hashable."""
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_typed(v) for v in value))
+    return (type(value).__name__, value)
 
 
 # Arrays of params that are the same for every group, by (params, G): a training loop passes the
@@ -217,8 +230,7 @@ def _key(ir: ShaperIR, scalars: dict[str, Any]) -> tuple | None:
     """A hashable key of scalar params (None when a value is not hashable: then nothing is remembered)."""
     try:
         # the type is part of the key: 1, 1.0 and True are equal (and hash alike) but validate differently
-        key = (id(ir), tuple(sorted((k, type(v).__name__, tuple(v) if isinstance(v, list) else v)
-                                    for k, v in scalars.items())))
+        key = (id(ir), tuple(sorted((k, _typed(v)) for k, v in scalars.items())))
         hash(key)
     except TypeError:
         return None
@@ -226,7 +238,8 @@ def _key(ir: ShaperIR, scalars: dict[str, Any]) -> tuple | None:
     return key
 
 
-def _remember(memo: dict, key: tuple, value) -> None:
+def remember(memo: dict, key: tuple, value) -> None:
+    """memo[key] = value in a memo kept to about a thousand entries (cleared when it grows past)."""
     if len(memo) > 1024:
         memo.clear()
     memo[key] = value
@@ -241,7 +254,7 @@ def _validated_scalars(ir: ShaperIR, scalars: dict[str, Any]) -> dict[str, Any]:
     if key is None:
         return validate_params(ir, scalars)
     if key not in _VALIDATED:
-        _remember(_VALIDATED, key, validate_params(ir, scalars))
+        remember(_VALIDATED, key, validate_params(ir, scalars))
     return _VALIDATED[key]
 
 
