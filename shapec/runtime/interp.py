@@ -75,10 +75,10 @@ def reduce_values(op: str, x: np.ndarray, extra: tuple[float, ...]) -> float:
         return NAN
     if op == "mean":
         return seq_sum(x) / k
-    if op == "min":
-        return float(np.min(x))
+    if op == "min":  # the first of equal values, as the kernels' strict comparisons keep (0.0 before -0.0)
+        return float(x[np.argmin(x)])
     if op == "max":
-        return float(np.max(x))
+        return float(x[np.argmax(x)])
     if op == "argmin":
         return float(np.argmin(x))
     if op == "argmax":
@@ -274,19 +274,22 @@ class Interpreter:
 
     def call(self, fn: str, args):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # ties keep the left operand (k_min, k_max, k_clip): 0.0 and -0.0 are equal, and
+            # np.minimum/np.maximum leave which of them comes out to the platform
             if fn == "min":
                 out = args[0]
                 for a in args[1:]:
-                    out = np.where(np.isnan(out) | np.isnan(a), NAN, np.minimum(out, a))
+                    out = np.where(np.isnan(out) | np.isnan(a), NAN, np.where(out <= a, out, a))
                 return out
             if fn == "max":
                 out = args[0]
                 for a in args[1:]:
-                    out = np.where(np.isnan(out) | np.isnan(a), NAN, np.maximum(out, a))
+                    out = np.where(np.isnan(out) | np.isnan(a), NAN, np.where(out >= a, out, a))
                 return out
             if fn == "clip":
                 x, lo, hi = args
-                return np.where(np.isnan(x) | np.isnan(lo) | np.isnan(hi), NAN, np.minimum(np.maximum(x, lo), hi))
+                y = np.where(x >= lo, x, lo)
+                return np.where(np.isnan(x) | np.isnan(lo) | np.isnan(hi), NAN, np.where(y <= hi, y, hi))
             x = args[0]
             if fn == "abs":
                 return np.abs(x)
