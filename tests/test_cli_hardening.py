@@ -159,6 +159,23 @@ def test_remembered_params_never_let_an_equal_ill_typed_value_through(backend):
     assert again.rewards.tobytes() == good.rewards.tobytes()
 
 
+@pytest.mark.parametrize("w", [(float("-inf"), 3.0, 1.0), (1.0, float("inf"), 0.5),  # a band is finite
+                               [(1.0, 3.0, 0.5), (-float("inf"), 3.0, 0.5)],  # per group too
+                               [(1.0, 3.0, 1.0), (1.0, 3.0, True)]])  # and typed per group: True == 1.0
+def test_infinite_bands_and_ill_typed_per_group_values_are_refused(w):
+    shaper = shapec.compile_str(BAND, "t.shape", "interpreter")["b"]
+    with pytest.raises(ParamError, match="param 'w' of shaper 'b'"):
+        shaper(np.array([1.0, 1.0]), group_size=1, channels={"length": np.array([1.0, 2.0])}, params={"w": w})
+
+
+def test_plot_meta_the_shaper_refuses_is_one_error_line(tmp_path, capsys):
+    rc, _, err = shapec_cli(capsys, "plot", "l1", "--shaper", "l1_exact", "--out", tmp_path / "p.png",
+                            "--meta", "target=-5")
+    assert rc == 1 and err.strip() == ("shapec: error: cannot shape the plotted group: metadata['target']: "
+                                       "negative length at index 0; tokens must be >= 0"), err
+    assert not (tmp_path / "p.png").exists()
+
+
 # ------------------------------------------------------------------ B9: symlinks, modes, read-only files
 def test_fmt_writes_through_a_symlink(files, capsys):
     target = files / "t.shape"

@@ -190,3 +190,34 @@ def test_shaping_an_output_again_is_refused(tmp_path, spec):
     assert run(spec, "--data", data, "--out", tmp_path / "once.jsonl")[0] == 0
     rc, _, err = run(spec, "--data", tmp_path / "once.jsonl", "--out", tmp_path / "twice.jsonl")
     assert rc == 1 and "row 1: env_reward: expected no such field" in err and "already shaped" in err
+
+
+# ------------------------------------------------------------------------- group keys and agent names
+def test_a_true_key_is_not_the_group_of_1(tmp_path):
+    """JSON's true is not 1 (Python's True == 1 == 1.0 merged the two runs into one group)."""
+    rows = [row(k, 1, n) for k, n in ((1, 100), (True, 300), (0, 100), (False, 300), (1.0, 100), (True, 300))]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    spec = tmp_path / "g.shape"
+    spec.write_text("shaper g() requires binary produces real {\n  input length: tokens\n"
+                    "  term n = float(count(reward > 0)) on reward > 0\n}\n")
+    rc, stdout, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl")
+    assert rc == 0, err
+    assert "groups: 6 in" in stdout
+    assert [json.loads(x)["reward"] for x in (tmp_path / "o.jsonl").read_text().splitlines()] == [2.0] * 6
+
+
+def test_an_agent_name_that_is_not_a_string_is_a_bad_row(tmp_path):
+    nemo = {"reasoning": 5, "answer": 1, "low_effort": False}
+    rows = [{"prompt_id": p, "reward": r, "agent": a, **nemo}
+            for p, r, a in (("p0", 1, "a"), ("p0", 0, "a"), ("p1", 1, ["x"]), ("p1", 1, ["x"]))]
+    data = write_jsonl(tmp_path / "d.jsonl", rows)
+    config = tmp_path / "c.yaml"
+    config.write_text("grpo:\n  length_penalty:\n    default: {group_total_length_penalty_coeff: 0.2}\n"
+                      "    agent_overrides:\n      a: {longest_total_penalty: 0.3}\n")
+    args = ("nemo_rl", "--data", data, "--config", config, "--out", tmp_path / "o.jsonl")
+    rc, _, err = run(*args)
+    assert rc == 1 and err.strip().splitlines()[-1] == (
+        "shapec: error: row 3: agent: expected the agent's name (a string), got [\"x\"]"), err
+    rc, _, err = run(*args, "--on-bad-row", "skip")
+    assert rc == 0 and "Traceback" not in err, err
+    assert [json.loads(x)["prompt_id"] for x in (tmp_path / "o.jsonl").read_text().splitlines()] == ["p0", "p0"]

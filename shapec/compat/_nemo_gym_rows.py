@@ -117,11 +117,13 @@ def read_rows(results: Sequence[Any]) -> tuple[list[dict], np.ndarray, list[str]
         if "reward" not in full:
             raise BatchError(f"results[{i}].full_result.reward: missing")
         reward = full["reward"]
-        if not isinstance(reward, (int, float, np.integer, np.floating)):
+        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, (int, float, np.integer, np.floating)):
             raise BatchError(f"results[{i}].full_result.reward: expected a number, got {show(reward)}")
         ref = row.get("agent_ref")
         if not isinstance(ref, Mapping) or "name" not in ref:
             raise BatchError(f"results[{i}].agent_ref.name: missing (agent_ref={show(ref)}); expected the agent's name")
+        if ref["name"] is not None and not isinstance(ref["name"], str):
+            raise BatchError(f"results[{i}].agent_ref.name: expected the agent's name (a string), got {show(ref['name'])}")
         fulls.append(full)
         rewards.append(reward)
         agents.append(ref["name"])

@@ -122,8 +122,9 @@ class LengthPenaltyParams(_Block):
 
 
 class ProfileBandChannel(_Block):
-    """One global {a, b, f} band: multiplier 1 up to a, linear to f at b, f past b."""
+    """One global {a, b, f} band: multiplier 1 up to a, linear to f at b, f past b (finite, as every band)."""
 
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     a: float
     b: float
     f: float = Field(ge=0, le=1)

@@ -43,6 +43,8 @@ def _band_check(value):
     if value is None:
         return value
     a, b, f = (float(x) for x in value)
+    if not all(map(math.isfinite, (a, b, f))):
+        raise ValueError(f"band needs finite a, b and f, got a={a:g}, b={b:g}, f={f:g}")
     if not b > a:
         raise ValueError(f"band needs b > a, got a={a:g}, b={b:g}")
     if not 0 <= f <= 1:
@@ -179,7 +181,12 @@ def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict
             memo: dict[Any, Any] = {}  # per-group columns repeat a few values: validate each once
             rows = []
             for g, v in enumerate(column):
-                key = tuple(v) if isinstance(v, (list, tuple, np.ndarray)) else v
+                key = _typed(list(v) if isinstance(v, np.ndarray) else v)  # True is not 1 here either
+                try:
+                    hash(key)
+                except TypeError:
+                    raise ParamError(f"group {g}: param {spec.name!r} of shaper {ir.name!r}: expected "
+                                     f"{_NAMES.get(spec.kind, 'a value')}, got {v!r}") from None
                 if key not in memo:
                     memo[key] = _encode(spec, validate_params(ir, {spec.name: v}, f"group {g}: ")[spec.name])
                 rows.append(memo[key])

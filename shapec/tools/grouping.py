@@ -29,6 +29,9 @@ def valid_key(k: Any) -> bool:
 
 
 def same_key(a: Any, b: Any) -> bool:
+    """Equal keys of one kind: JSON's `true` is not `1` (Python's `True == 1` would merge the groups)."""
+    if isinstance(a, bool) is not isinstance(b, bool):
+        return False
     try:
         return bool(a == b)
     except (TypeError, ValueError):

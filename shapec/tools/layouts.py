@@ -127,6 +127,7 @@ class FlatLayout:
             if "reward_components" in table.column_names:
                 comps = _arrow_components(block)
             agents = block.keys_at(self.agent_key, starts) if self.agent_key and len(block) else None
+            agents = _agent_names(agents, self.agent_key, starts, chunk.base, errors)
         else:
             for i, r in enumerate(block.rows):
                 if isinstance(r, BadLine):
@@ -140,12 +141,29 @@ class FlatLayout:
             if any(isinstance(r, dict) and "reward_components" in r for r in block.rows):
                 comps = np.array([_component_count(r.get("reward_components") if isinstance(r, dict) else None)
                                   for r in block.rows])
-            agents = [_none(get_path(r, self.agent_key)) for r in firsts] if self.agent_key else None
+            agents = [get_path(r, self.agent_key) for r in firsts] if self.agent_key else None
+            agents = _agent_names(agents, self.agent_key, starts, chunk.base, errors)
         return Extracted(rewards, channels, metadata, comps, agents, errors)
 
 
 def _none(v: Any) -> Any:
     return None if v is MISSING else v
+
+
+def _agent_names(values: list | None, key: str | None, starts, base: int, errors: dict) -> list | None:
+    """Each group's agent (its first row's): a name, or None for none. Anything else (a list, a
+    number) names no agent override: the first row is bad, and its group with it."""
+    if values is None:
+        return None
+    out = []
+    for start, v in zip(starts, values):
+        v = _none(v)
+        if v is not None and not isinstance(v, str):
+            errors.setdefault(int(start), RowError(base + int(start) + 1, key, f"expected the agent's name (a "
+                                                   f"string), got {_got(v)}"))
+            v = None
+        out.append(v)
+    return out
 
 
 def _component_count(v: Any) -> float:
@@ -254,7 +272,8 @@ class NemoGymLayout:
         if chunk.block.from_arrow:
             metadata = {k: [struct_fields(v) for v in vs] for k, vs in metadata.items()}
         metadata = {m.name: GroupMeta(m.kind, metadata[m.name]) for m in metas}
-        agents = [_none(get_path(r, self.agent_key)) for r in firsts] if self.agent_key else None
+        agents = [get_path(r, self.agent_key) for r in firsts] if self.agent_key else None
+        agents = _agent_names(agents, self.agent_key, starts, chunk.base, errors)
         return Extracted(rewards, channels, metadata, comps if comps.any() else None, agents, errors)
 
     @staticmethod

@@ -23,6 +23,8 @@ import numpy as np
 from .atomic import AtomicFile, OutputError, check_destination, reason_of
 from .explain import gate_verdicts
 from .plotdata import BACKGROUND, DEFAULT_MAX, Curves, channel_values, sweep, sweepable
+from ..runtime.params import ParamError
+from ..runtime.validate import BatchError
 from .spec import ToolError, stage_irs
 
 
@@ -141,7 +143,10 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
             max_length = DEFAULT_MAX[unit]
     if not (math.isfinite(max_length) and max_length > 0):  # --max-length is checked; params or data may not be
         raise ToolError(f"the x-axis end must be a finite number > 0, got {max_length:g}; set it with --max-length")
-    curves = sweep(shaper, plan, channel, unit, max_length, metadata)
+    try:
+        curves = sweep(shaper, plan, channel, unit, max_length, metadata)
+    except (BatchError, ParamError) as err:  # a --meta value (or a param) the shaper refuses: its message names it
+        raise ToolError(f"cannot shape the plotted group: {err}") from None
 
     gates = list(curves.gates)
     rows = [4.5] + [0.35 * len(gates) + 0.2] * bool(gates) + [4.0] * (dist is not None)
