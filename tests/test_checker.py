@@ -116,6 +116,14 @@ def test_factor_on_possibly_negative_reward():
     assert "negative" in d.message
 
 
+@pytest.mark.parametrize("requires", ["", "requires real "])
+def test_a_clamp_at_0_before_a_factor_is_what_e502_asks_for(requires):
+    """E502 says "clamp at 0 first": a clamp >= 0 makes every reward entering the factors >= 0,
+    whatever the shaper requires (it was still E502 without `requires` or with `requires real`)."""
+    assert_ok(f"shaper s() {requires}produces real {{\n  input length: tokens\n  clamp >= 0\n"
+              "  factor f = band(length, {100, 200, 0.5})\n}\n")
+
+
 def test_factor_not_provably_in_unit_interval():
     d = assert_error(body("factor f = 2 * coeff on reward > 0"), "E503", "2 * coeff")
     assert "[0, 1]" in d.message

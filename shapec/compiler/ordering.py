@@ -65,7 +65,7 @@ class OrderingPass:
         hard_clamp = any(c.on is None and c.when is None and self.range(c.expr)[0] >= 0 for c in clamps)
         term_lo = min([self.range(t.expr)[0] for t in terms] + [0.0])
         term_hi = max([self.range(t.expr)[1] for t in terms] + [0.0])
-        base_nonneg = requires != "real" and (term_lo >= 0 or hard_clamp)
+        base_nonneg = hard_clamp or (requires != "real" and term_lo >= 0)  # a clamp >= 0 holds for any reward
         if requires != "real" and not base_nonneg and produces not in ("real", "advantage"):
             bad = next(t for t in terms if self.range(t.expr)[0] < 0)
             span = next((st.span for st in s.body if isinstance(st, A.Term) and st.name == bad.name), s.span)
