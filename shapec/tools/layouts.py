@@ -22,7 +22,7 @@ import numpy as np
 
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
 from .grouping import Chunk
-from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, got as _got
+from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, is_list_type, got as _got
 
 UNITS = ("tokens", "chars", "seconds", "calls")
 EXACT_INT = 2**53  # the largest integer magnitude a float64 holds exactly
@@ -184,7 +184,7 @@ def _arrow_components(block: ArrowBlock) -> np.ndarray:
 
     arr = block.array("reward_components")
     t, is_ = arr.type, pa.types
-    if is_.is_list(t) or is_.is_large_list(t) or is_.is_fixed_size_list(t):
+    if is_list_type(t):
         out = pc.list_value_length(arr).cast(pa.float64())
     elif is_.is_struct(t):
         out = pc.if_else(arr.is_valid(), float(t.num_fields), 0.0)

@@ -395,12 +395,19 @@ def _refuse_repeated_names(data: Path, schema) -> None:
                                 "column names must be unique: rename or drop the copies")
         for f in fields:
             t = f.type
-            while pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+            while is_list_type(t):
                 t = t.value_type
             if pa.types.is_struct(t):
                 check(list(t), f"{prefix}{f.name}.")
 
     check(list(schema), "")
+
+
+def is_list_type(t) -> bool:
+    """An Arrow list type of any of its three kinds (list, large list, fixed-size list)."""
+    import pyarrow as pa
+
+    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
 def _unfit() -> tuple:

@@ -14,7 +14,8 @@ import numpy as np
 
 from .atomic import AtomicFile, OutputError, reason_of
 from .grouping import Chunk
-from .readers import MISSING, ArrowBlock, BadLine, get_path, got, input_format, rows_schema, widen
+from .readers import (MISSING, ArrowBlock, BadLine, get_path, got, input_format, is_list_type, rows_schema,
+                      widen)
 from .spec import ToolError
 
 
@@ -250,15 +251,9 @@ def _lossy(inferred, target) -> bool:
     if pa.types.is_struct(inferred) and pa.types.is_struct(target):
         return any(target.get_field_index(f.name) < 0 or _lossy(f.type, target.field(f.name).type)
                    for f in inferred)
-    if _is_list(inferred) and _is_list(target):
+    if is_list_type(inferred) and is_list_type(target):
         return _lossy(inferred.value_type, target.value_type)
     return pa.types.is_floating(inferred) and pa.types.is_integer(target)
-
-
-def _is_list(t) -> bool:
-    import pyarrow as pa
-
-    return pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
 
 
 def _misfit(value, typ, path: str) -> str | None:
@@ -276,7 +271,7 @@ def _misfit(value, typ, path: str) -> str | None:
                 return found
         return None
     shown = path or "<row>"
-    if isinstance(value, list) and _is_list(typ):
+    if isinstance(value, list) and is_list_type(typ):
         for j, v in enumerate(value):
             found = _misfit(v, typ.value_type, f"{shown}[{j}]")
             if found is not None:
