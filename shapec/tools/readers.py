@@ -182,13 +182,18 @@ def _int_or_marker(digits: str):
         return _TooLong(digits)
 
 
+def _child(path: str, key: str | int) -> str:
+    """The dotted path of an object's key or a list's index under `path` (`a.b`, `a[2]`)."""
+    return f"{path}[{key}]" if isinstance(key, int) else (f"{path}.{key}" if path else key)
+
+
 def _find(value: Any, cls: type, path: str = "") -> tuple[str, Any] | None:
     """(dotted path, with list items as [i], and the value) of the first instance of cls in value."""
     if isinstance(value, cls):
         return path or "<line>", value
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for k, v in items:
-        found = _find(v, cls, f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else k))
+        found = _find(v, cls, _child(path, k))
         if found is not None:
             return found
     return None
@@ -274,7 +279,7 @@ def _surrogate(value: Any, path: str = "") -> tuple[str, str] | None:
         return None if bad is None else (_escaped(path) or "<line>", bad)
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for k, v in items:
-        at = f"{path}[{k}]" if isinstance(k, int) else (f"{path}.{k}" if path else k)
+        at = _child(path, k)
         found = _surrogate(k, at) if isinstance(k, str) else None
         found = found or _surrogate(v, at)
         if found is not None:
