@@ -112,7 +112,16 @@ def test_a_conditional_on_an_unconstrained_reward_is_not_binary():
 
 
 @pytest.mark.parametrize("expr", ["1 - alpha * (length / max(length))", "1 - alpha * (float(length) / float(max(length)))",
-                                  "1 - alpha * (total / max(total))"])
+                                  "1 - alpha * (total / max(total))",
+                                  # the same share however the product is written (left-associative * and /)
+                                  "1 - alpha * length / max(length)", "1 - length * alpha / max(length)",
+                                  "1 - alpha * total / max(total)", "1 - alpha * 0.5 * length / max(length)",
+                                  "length / (2 * max(length))", "length / (max(length) + 1)",
+                                  # relations the group's extremes give: min(x) <= x <= max(x)
+                                  "1 - (length - min(length)) / (max(length) - min(length) + 1e-5)",
+                                  "(length - min(length)) / (max(length) - min(length))",
+                                  "min(length) / length", "min(length) / (length + answer)",
+                                  "1 - alpha * (total - min(total)) / (max(total) - min(total) + 1e-5)"])
 def test_a_share_of_the_group_maximum_is_within_zero_one(expr):
     text = src(f'''
         shaper share(alpha: float in [0, 1] = 0.5) requires binary produces unit {{
@@ -127,7 +136,12 @@ def test_a_share_of_the_group_maximum_is_within_zero_one(expr):
 
 
 @pytest.mark.parametrize("expr", ["1 - alpha * (length / max(length where right))", "1 - alpha * (score / max(score))",
-                                  "1 - alpha * (length / max(answer))", "1 - 2 * (length / max(length))"])
+                                  "1 - alpha * (length / max(answer))", "1 - 2 * (length / max(length))",
+                                  "1 - 2 * alpha * length / max(length)", "1 - alpha * length / max(length) * 2",
+                                  "1 - alpha * length / max(length where right)", "1 - length / (max(length) - 1)",
+                                  "1 - (length - min(length)) / (max(length) - min(answer))",
+                                  "max(length) / length", "(length - mean(length)) / max(length)",
+                                  "1 - alpha * score / max(score)", "(length - min(length)) / (max(length) - 2 * min(length))"])
 def test_ratios_that_may_leave_zero_one_are_still_e503(expr):
     text = src(f'''
         shaper share(alpha: float in [0, 1] = 0.5) requires binary produces unit {{

@@ -5,8 +5,9 @@ Three questions, each asked by a hook in ordering.py:
 - `keeps_binary`: does a shaper that requires binary rewards also produce them? Intervals only say
   "within [0, 1]"; here values are tracked as finite sets, so a factor that is provably 0 or 1, or a
   `result` whose conditional branches are 0, 1 or the binary reward, is seen to keep rewards binary.
-- `group_ratio`: a non-negative value divided by its own group maximum (over every rollout) lies in
-  [0, 1], which intervals lose because the two operands look independent.
+- `ratio_bounds`: a non-negative value divided by something provably no smaller, such as its own
+  group maximum (over every rollout), lies in [0, 1], which intervals lose because the two operands
+  look independent.
 - `reorder_advice`: what an E401 should suggest; a swap is offered only when the swapped pipeline
   passes the same ordering checks, so the advice cannot go in a circle.
 """
@@ -14,8 +15,10 @@ Three questions, each asked by a hook in ordering.py:
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING
 
+from .intervals import arith
 from .ir import UNITS, Node
 
 BOOL = "bool"  # the checker's element kind of booleans (check_common.BOOL)
@@ -90,6 +93,16 @@ def _strip_float(node: Node) -> Node:
     return node.args[0] if node.op == "call" and node.attr == "float" else node
 
 
+def _canon(ck: "ShaperChecker", node: Node) -> Node:
+    """node with `let`/`channel` names replaced by their definitions and `float(...)` dropped."""
+    while True:
+        node = _strip_float(node)
+        d = ck.defn(node)
+        if d is None:
+            return node
+        node = d
+
+
 def _nonneg(ck: "ShaperChecker", node: Node) -> bool:
     """Inputs with a unit are validated >= 0 at run time; anything else must have a range >= 0."""
     d = ck.defn(node)
@@ -104,24 +117,132 @@ def _nonneg(ck: "ShaperChecker", node: Node) -> bool:
     return ck.range(node)[0] >= 0
 
 
-def group_ratio(ck: "ShaperChecker", node: Node) -> tuple[float, float] | None:
-    """[0, 1] for `x / max(x)` with x >= 0 and the max over every rollout of the group; else None.
+def _extreme(ck: "ShaperChecker", node: Node) -> tuple[str, tuple] | None:
+    """("max" | "min", key of x) for max(x) / min(x) over every rollout of the group, else None.
 
-    `float(...)` on either side changes no value. An empty or all-zero group makes the ratio missing
-    or 0/0 (missing), which fails closed; a masked max is not covered, because rollouts outside the
-    mask may exceed it.
+    Only an unmasked group reduction bounds every rollout's x; a masked one bounds the rollouts in
+    its mask only, and a metadata list's bounds its items, not the rollouts.
     """
-    if node.op != "bin" or node.attr != "/":
+    if node.op != "reduce" or node.attr[0] not in ("max", "min") or node.attr[1]:
         return None
-    num, den = _strip_float(node.args[0]), _strip_float(node.args[1])
-    if den.op != "reduce" or den.attr[0] != "max" or den.attr[1]:
-        return None
-    arg, mask = den.args[0], den.args[1]
+    mask = node.args[1]
     if not (mask.op == "const" and mask.attr == 1.0):
         return None
-    if _strip_float(arg).key() != num.key() or not _nonneg(ck, num):
+    return node.attr[0], _canon(ck, node.args[0]).key()
+
+
+def _reduced(ck: "ShaperChecker", node: Node, keys: set) -> set:
+    """The keys of every x that node takes an unmasked group max(x) or min(x) of."""
+    node = _canon(ck, node)
+    if (e := _extreme(ck, node)) is not None:
+        keys.add(e[1])
+    for a in node.args:
+        _reduced(ck, a, keys)
+    return keys
+
+
+def _linear(ck: "ShaperChecker", node: Node, scale: float, form: dict, atoms: dict, whole: set) -> None:
+    """Adds scale * node to form ({atom key: coefficient}, the constant under ()), atoms by key.
+
+    A node in whole stays one atom, so `length + answer` still meets its own max(length + answer).
+    """
+    node = _canon(ck, node)
+    if node.key() in whole or not _split(ck, node, scale, form, atoms, whole):
+        key = node.key()
+        atoms[key] = node
+        form[key] = form.get(key, 0.0) + scale
+
+
+def _split(ck: "ShaperChecker", node: Node, scale: float, form: dict, atoms: dict, whole: set) -> bool:
+    """Adds a constant, a negation, a sum or a constant multiple part by part; False for an atom."""
+    args = [_canon(ck, x) for x in node.args]
+    if node.op == "const":
+        form[()] = form.get((), 0.0) + scale * float(node.attr)
+    elif node.op == "neg":
+        _linear(ck, args[0], -scale, form, atoms, whole)
+    elif node.op == "bin" and node.attr in ("+", "-"):
+        _linear(ck, args[0], scale, form, atoms, whole)
+        _linear(ck, args[1], scale if node.attr == "+" else -scale, form, atoms, whole)
+    elif node.op == "bin" and node.attr == "*" and "const" in (args[0].op, args[1].op):
+        const, other = args if args[0].op == "const" else args[::-1]
+        _linear(ck, other, scale * float(const.attr), form, atoms, whole)
+    else:
+        return False
+    return True
+
+
+def _proves_le(ck: "ShaperChecker", small: Node | None, big: Node) -> bool:
+    """True when small (None: 0) <= big for every rollout of a group, using min(x) <= x <= max(x).
+
+    big - small is written as a linear form; a rollout value x beside its group's max(x) (or min(x))
+    is bounded by it, a max(x) beside min(x) by min(x) <= max(x); what is left is bounded by intervals.
+    """
+    form: dict = {}
+    atoms: dict = {}
+    whole = _reduced(ck, big, set()) | (_reduced(ck, small, set()) if small is not None else set())
+    _linear(ck, big, 1.0, form, atoms, whole)
+    if small is not None:
+        _linear(ck, small, -1.0, form, atoms, whole)
+    extremes = {k: e for k, n in atoms.items() if (e := _extreme(ck, n)) is not None}
+    by_extreme = {e: k for k, e in extremes.items()}
+    for key in [k for k in form if k != () and k not in extremes]:
+        c = form[key]
+        bound = by_extreme.get(("max" if c < 0 else "min", key))
+        if c and bound is not None:  # c * x >= c * max(x) for c < 0, >= c * min(x) for c > 0
+            form[bound] += c
+            del form[key]
+    for (kind, x), hi in list(by_extreme.items()):
+        lo = by_extreme.get(("min", x))
+        if kind != "max" or lo is None or form.get(hi, 0.0) < 0 or form.get(lo, 0.0) >= 0:
+            continue
+        a, b = form.pop(hi), form.pop(lo)  # a * max + b * min with a >= 0 > b
+        form[lo if a + b >= 0 else hi] = a + b
+    total = form.pop((), 0.0)
+    for key, c in form.items():
+        if c == 0:
+            continue
+        lo, hi = ck.range(atoms[key])
+        edge = lo if c > 0 else hi
+        if math.isinf(edge):
+            return False
+        total += c * edge
+    return total >= 0
+
+
+def _product(ck: "ShaperChecker", node: Node, num: list, den: list) -> None:
+    """Splits a chain of * and / into its numerator factors and its divisors."""
+    node = _canon(ck, node)
+    if node.op == "bin" and node.attr == "*":
+        _product(ck, node.args[0], num, den)
+        _product(ck, node.args[1], num, den)
+    elif node.op == "bin" and node.attr == "/":
+        _product(ck, node.args[0], num, den)
+        den.append(_canon(ck, node.args[1]))  # whole: the prover compares the factor with all of it
+    else:
+        num.append(node)
+
+
+def ratio_bounds(ck: "ShaperChecker", node: Node) -> tuple[float, float] | None:
+    """Bounds of a product with one divisor D and a factor f with 0 <= f <= D (so f / D is in [0, 1]).
+
+    `alpha * length / max(length)`, `(x - min(x)) / (max(x) - min(x) + eps)` and `min(x) / x` over
+    non-negative x are such products. A D of 0 forces f = 0, and 0 / 0 is missing, which fails
+    closed. The bounds are f / D's [0, 1] times the other factors' intervals; None when no factor fits.
+    """
+    if node.op != "bin" or node.attr not in ("*", "/"):
         return None
-    return 0.0, 1.0
+    num: list = []
+    den: list = []
+    _product(ck, node, num, den)
+    if len(den) != 1:
+        return None
+    for i, f in enumerate(num):
+        if (_nonneg(ck, f) or _proves_le(ck, None, f)) and _proves_le(ck, f, den[0]):
+            out = (0.0, 1.0)
+            for other in num[:i] + num[i + 1:]:
+                out = arith("*", out, ck.range(other))
+            return out
+    return None
 
 
 def reorder_advice(stages, i: int) -> str:

@@ -9,7 +9,10 @@ from ..syntax import ast as A
 from . import contracts as C
 from .check_common import BOOL, INF
 from .intervals import arith, bounds_call
-from .ir import Node
+from .ir import UNITS, Node
+
+# reductions whose value is one of, or between, the values reduced
+SELECTING = frozenset({"min", "max", "mean", "median", "quantile", "nth_largest"})
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
 
@@ -113,6 +116,22 @@ class OrderingPass:
                 return (node.attr in ("==", ">=") and b.attr > 0) or (node.attr == ">" and b.attr >= 0)
         return False
 
+    def open_params(self, node: Node, seen: set | None = None) -> list[str]:
+        """Numeric params node depends on (through its names) that declare no range, in order of use.
+
+        An unbounded param is what usually keeps a factor from being provably within [0, 1].
+        """
+        seen = set() if seen is None else seen
+        if node.op == "ref" and node.attr[0] == "param":
+            sp = self.params[node.attr[1]]
+            if sp.kind in ("int", "float") and (sp.lo is None or sp.hi is None) and sp.name not in seen:
+                seen.add(sp.name)
+                return [sp.name]
+            return []
+        d = self.defn(node)
+        parts = [d] if d is not None else node.args
+        return [name for part in parts for name in self.open_params(part, seen)]
+
     def range(self, node: Node) -> tuple[float, float]:
         """Interval bounds of a numeric expression (conservative)."""
         op = node.op
@@ -127,18 +146,24 @@ class OrderingPass:
                 return (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
             if ns == "builtin" and name == "reward":
                 return self.reward_range
+            if ns == "input" and node.ty.unit in UNITS:
+                return 0.0, INF  # lengths are validated >= 0 when a batch is read
             d = self.defn(node)
             return self.range(d) if d is not None else (-INF, INF)
+        if op == "reduce" and node.attr[0] in SELECTING:
+            return self.range(node.args[0])  # present only over a non-empty selection of its values
         if op == "neg":
             lo, hi = self.range(node.args[0])
             return -hi, -lo
         if op == "bin":
             (a, b), (c, d) = self.range(node.args[0]), self.range(node.args[1])
             simple = arith(node.attr, (a, b), (c, d))
+            related = C.ratio_bounds(self, node)
+            if related is not None:  # both bound the product: keep the tighter of each end
+                return (related if simple is None else
+                        (max(simple[0], related[0]), min(simple[1], related[1])))
             if simple is not None:
                 return simple
-            if C.group_ratio(self, node) is not None:
-                return 0.0, 1.0
             if node.attr == "/" and c > 0 and a >= 0:
                 return 0.0, (b / c if not math.isinf(b) else INF)
             if node.attr == "**" and a >= 1 and d <= 0:
