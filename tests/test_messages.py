@@ -159,3 +159,36 @@ def test_a_misspelt_channel_names_the_unknown_key_and_the_closest_input():
         mod.s(np.array([1.0, 0.0]), group_size=2, channels={"lenght": np.array([1.0, 2.0])})
     text = str(err.value)
     assert "missing input 'length'" in text and "'lenght'" in text and "did you mean 'length'?" in text
+
+
+@pytest.mark.parametrize("body, snippet, message", [
+    ("  gate g = right && length < 10", "&", "unexpected character '&'; write `and`"),
+    ("  gate g = right || length < 10", "|", "unexpected character '|'; write `or`"),
+    ("  gate g = !right", "!", "unexpected character '!'; write `not` (`!=` is not-equal)"),
+    ("  let x = length ^ 2", "^", "unexpected character '^'; write `**` for a power"),
+    ("  let x = length;", ";", "unexpected character ';'; a statement ends at the end of its line"),
+    ("  metric 'm' = 1", "'", "unexpected character \"'\"; strings are written in double quotes"),
+    ("  term t = 1 if right else 0", "if", "unexpected 'if'; a conditional is written `condition ? a : b`"),
+])
+def test_python_and_c_spellings_say_how_the_language_writes_them(body, snippet, message):
+    text = HEADER + body + "\n}\n"
+    d = only(text)
+    assert d.code in ("E101", "E102") and d.message == message
+    at(d, text, snippet)
+
+
+def test_a_param_without_a_type_says_that_it_needs_one():
+    text = "shaper s(coeff = 0.1) {\n  input length: tokens\n}\n"
+    d = only(text)
+    assert (d.code, d.message) == ("E101", "unexpected '='; expected ':'; a param needs a type, as in "
+                                           "`coeff: float = 0.1`")
+    at(d, text, "=")
+
+
+def test_a_factor_unbounded_by_a_param_without_a_range_names_the_param():
+    text = HEADER.replace("limit: int = 10", "coeff: float = 0.1") + "  factor f = 1 - coeff * length / max(length) on right\n}\n"
+    d = only(text)
+    assert d.code == "E503"
+    assert d.message.endswith("; param 'coeff' declares no range (e.g. `coeff: float in [0, 1]`)")
+    ranged = text.replace("coeff: float = 0.1", "coeff: float in [0, 1] = 0.1")
+    assert check_source(ranged, "spec.shape") == []

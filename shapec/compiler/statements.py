@@ -167,9 +167,12 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     if node.ty is not POISON:
                         lo, hi = self.range(node)
                         if lo < 0 or hi > 1:
+                            open_ = self.open_params(node)
+                            hint = (f"; param {open_[0]!r} declares no range (e.g. `{open_[0]}: float in [0, 1]`)"
+                                    if open_ else "")
                             self.error("E503", f"factor {name!r} is not provably within [0, 1] "
                                        f"(it may range over [{lo:g}, {hi:g}]); use a band, a clip "
-                                       f"or a power with a non-positive exponent of a value >= 1", e.span)
+                                       f"or a power with a non-positive exponent of a value >= 1{hint}", e.span)
                     if self.define(name, Node("ref", (), Type(NUM, ROLLOUT), ("var", name), st.span), "factor", st.span, node):
                         factors.append((name, on_n, st.span))
                         steps.append(Step("factor", name, node, on_n, when_n))

@@ -41,6 +41,22 @@ _TERMINAL_NAMES = {
 }
 _WORD = re.compile(r"[A-Za-z0-9_]")
 
+# What people bring from Python and C, and how the language writes it.
+_FOREIGN_CHARACTERS = {
+    "&": "write `and`",
+    "|": "write `or`",
+    "!": "write `not` (`!=` is not-equal)",
+    "^": "write `**` for a power",
+    ";": "a statement ends at the end of its line",
+    "'": 'strings are written in double quotes',
+}
+_FOREIGN_WORDS = {
+    "if": "a conditional is written `condition ? a : b`",
+    "else": "a conditional is written `condition ? a : b`",
+    "def": "a helper function is `fn name(x) = expr`; a shaper is `shaper name(...) { ... }`",
+    "return": "a helper function is `fn name(x) = expr`, with no `return`",
+}
+
 
 class GluedKeyword(Exception):
     """A keyword the lexer cut off the front of a longer word (`onn` read as `on` + `n`)."""
@@ -145,18 +161,26 @@ def syntax_error(lark: Lark, src: Source, err: UnexpectedInput) -> Diagnostic:
             return Diagnostic("E103", f"input ended unexpectedly; expected {_expected(lark, err.expected)}",
                               Span(src, end, end))
         start = tok.start_pos if tok.start_pos is not None else 0
+        if tok.type == "NAME" and tok.value in _FOREIGN_WORDS:
+            return Diagnostic("E101", f"unexpected {tok.value!r}; {_FOREIGN_WORDS[tok.value]}",
+                              Span(src, start, start + len(tok.value)))
         if tok.type == "NAME":
             found = _misspelt(lark, src, tok.value, start, set(err.expected))
             if found is not None:
                 return found
+        hint = ""
+        if tok.type == "EQUAL" and err.expected == {"COLON"}:
+            hint = "; a param needs a type, as in `coeff: float = 0.1`"
         return Diagnostic(
             "E101",
-            f"unexpected {tok.value!r}; expected {_expected(lark, err.expected)}",
+            f"unexpected {tok.value!r}; expected {_expected(lark, err.expected)}{hint}",
             Span(src, start, start + max(1, len(tok.value))),
         )
     if isinstance(err, UnexpectedCharacters):
         ch = src.text[err.pos_in_stream] if err.pos_in_stream < len(src.text) else ""
         message = f"unexpected character {ch!r}"
+        if ch in _FOREIGN_CHARACTERS:
+            message += f"; {_FOREIGN_CHARACTERS[ch]}"
         if ch == '"':
             message = "unterminated string: a string ends on the line it starts (write a line break as \\n)"
         return Diagnostic("E102", message, Span(src, err.pos_in_stream, err.pos_in_stream + 1))
