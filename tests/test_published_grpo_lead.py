@@ -10,6 +10,7 @@ import pytest
 
 import shapec
 
+F32 = np.float32
 
 @pytest.fixture(scope="module", params=["interpreter", "numba"])
 def lead(request):
@@ -42,6 +43,38 @@ def code_advantage(scores, **w):
         a = (s - mean) / (std + 1e-6)
         out.append(a * (logistic(rho, **w) if a > 0 else logistic(1 - rho, **w)))
     return out
+
+
+def code_reward_f32(correct, lengths, alpha=0.05, wrong=-1.0, activate_above=None):
+    """get_reweight_rewards with the code's types: lengths are int64 tensors, so the mean, the squared
+    deviations and z are float32 (std_len and exp are Python floats), and the result lands in a float32 tensor."""
+    rewards = [1.0 if c else wrong for c in correct]
+    shortest = sorted(lengths)[:3]
+    avg_min = F32(sum(shortest)) / F32(3) if len(shortest) == 3 else math.inf
+    if activate_above is not None and avg_min <= activate_above:
+        return [F32(r) for r in rewards]
+    right = [x for c, x in zip(correct, lengths) if c]
+    avg = F32(sum(right)) / F32(len(right)) if right else 0.0
+    std = 1.0
+    if len(right) > 1:
+        var = F32(0)
+        for x in right:
+            var = var + (F32(x) - avg) ** 2
+        std = math.sqrt(var / F32(len(right) - 1))
+    return [F32(r * math.exp(F32(-alpha) * ((F32(x) - avg) / F32(std + 1e-6)))) if c else F32(r)
+            for r, c, x in zip(rewards, correct, lengths)]
+
+
+def code_advantage_f32(scores, low=0.4, high=1.5, k=10.0, pivot=0.75):
+    """compute_grpo_outcome_advantage in the code's float32 (torch.mean, torch.std, logistic_reweight)."""
+    s = np.asarray(scores, dtype=np.float32)
+    mean, std = (F32(0), F32(1)) if len(s) == 1 else (s.mean(dtype=np.float32), s.std(ddof=1, dtype=np.float32))
+    rho = F32(int((s > 0).sum()) / len(s))
+
+    def weight(x):
+        return F32(low) + F32(high - low) / (F32(1) + np.exp(F32(k) * (x - F32(pivot))))
+    adv = (s - mean) / (std + F32(1e-6))
+    return [a * (weight(rho) if a > 0 else weight(F32(1) - rho)) for a in adv]
 
 
 def reward(lead, correct, lengths, **params):
@@ -123,3 +156,35 @@ def test_matches_the_code(lead, seed):
                                            activate_above=above), **weights)
         start += n
     np.testing.assert_allclose(out.rewards, want, rtol=0, atol=1e-9)
+
+
+def _groups(rng):
+    """Random groups: ties, groups of one and two, all right, all wrong, three shortest exactly at 4000."""
+    correct, lengths, sizes = [], [], []
+    for _ in range(8):
+        n = rng.choice([1, 2, 3, 4, 8, 16])
+        kind = rng.choice(["mixed", "right", "wrong"])
+        correct += [rng.randint(0, 1) if kind == "mixed" else int(kind == "right") for _ in range(n)]
+        tie = rng.randint(0, 9000)
+        lengths += [float(rng.choice([tie, tie, 4000, rng.randint(0, 20000)])) for _ in range(n)]
+        sizes.append(n)
+    return correct, lengths, sizes
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_the_codes_float32_arithmetic(lead, seed):
+    # the code computes z, the advantage and its weights in float32; this spec in float64
+    rng = random.Random(seed)
+    correct, lengths, sizes = _groups(rng)
+    above = rng.choice([None, 4000.0])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    out = lead.grpo_lead([float(c) for c in correct], offsets=offsets, channels={"length": lengths},
+                         params={"lead_reward": {"activate_above": above}})
+    rewards, advantages, start = [], [], 0
+    for n in sizes:
+        shaped = code_reward_f32(correct[start:start + n], lengths[start:start + n], activate_above=above)
+        rewards += shaped
+        advantages += code_advantage_f32(shaped)
+        start += n
+    np.testing.assert_allclose(out.stage("lead_reward").rewards, rewards, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(out.rewards, advantages, rtol=0, atol=1e-5)
