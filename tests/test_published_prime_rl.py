@@ -87,3 +87,34 @@ def test_matches_the_code(linear, seed):
         want += code(rewards[sl], out[sl], inp[sl], turns[sl], **w)
         start += k
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def code_f32(rewards, out, inp, turns, wo=0.25, wi=0.1, wt=0.1):
+    """score_group's shaped rewards in the code's float32 tensors (python-float weights times float32 shares)."""
+    r, o, i, t = (np.asarray(x, dtype=np.float32) for x in (rewards, out, inp, turns))
+
+    def share(x):
+        return x / max(x.max(), np.float32(1))
+    frac = np.float32(wo) * share(o) + np.float32(wi) * share(i) + np.float32(wt) * share(t)
+    return r - r.mean(dtype=np.float32) * frac
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_the_codes_float32_arithmetic(linear, seed):
+    # groups of one, all wrong, all right, tied lengths, all-zero quantities; the code computes in float32
+    rng = random.Random(seed)
+    sizes, rewards, out, inp, turns = [], [], [], [], []
+    for _ in range(8):
+        n = rng.choice([1, 2, 3, 8])
+        kind = rng.choice(["mixed", "right", "wrong", "graded"])
+        rewards += [{"mixed": float(rng.randint(0, 1)), "right": 1.0, "wrong": 0.0, "graded": rng.random()}[kind]
+                    for _ in range(n)]
+        tie, none = float(rng.randint(1, 4000)), rng.random() < 0.3
+        out += [rng.choice([tie, float(rng.randint(0, 4000))]) for _ in range(n)]
+        inp += [0.0 if none else float(rng.randint(0, 900)) for _ in range(n)]
+        turns += [0.0 if none else float(rng.randint(1, 5)) for _ in range(n)]
+        sizes.append(n)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    got = linear(rewards, offsets=offsets, channels={"output_tokens": out, "input_tokens": inp, "turns": turns}).rewards
+    want = np.concatenate([code_f32(rewards[a:b], out[a:b], inp[a:b], turns[a:b]) for a, b in zip(offsets, offsets[1:])])
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
