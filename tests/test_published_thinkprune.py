@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 
 import shapec
@@ -153,3 +156,17 @@ def test_ratios_that_may_leave_zero_one_are_still_e503(expr):
         }}
     ''')
     assert_error(text, "E503", expr.split(" on")[0])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_generation_capped_at_max_tokens(thinkprune, seed):
+    # verl's vLLM rollout stops at max_tokens = limit: `limit` tokens complete, `limit + 1` are cut and score 0
+    rng = random.Random(seed)
+    limit = rng.choice([1, 2000, 3000, 4000])
+    sizes = [rng.choice([1, 2, 5, 16]) for _ in range(6)]
+    n = sum(sizes)
+    rewards = [float(rng.randint(0, 1)) for _ in range(n)]
+    lengths = [rng.choice([limit - 1, limit, limit + 1, rng.randint(0, 2 * limit)]) for _ in range(n)]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    out = thinkprune.truncate(rewards, offsets=offsets, channels={"length": lengths}, params={"limit": limit})
+    assert out.rewards.tolist() == [r if x <= limit else 0.0 for r, x in zip(rewards, lengths)]
