@@ -1,4 +1,9 @@
-"""stdlib dapo: TRL's / open-r1's soft overlong punishment tests, verl's variant, thresholds, cache 0."""
+"""stdlib dapo: TRL's / open-r1's soft overlong punishment tests, verl's variant, thresholds, cache 0.
+
+The differential tests run transcriptions of the authors' code (TRL `trl/rewards/other_rewards.py`,
+`_SoftOverlongPunishment.__call__`; verl `verl/workers/reward_manager/dapo.py`, the overlong block of
+`DAPORewardManager.__call__`) written from reading it, in its own dtypes.
+"""
 
 from __future__ import annotations
 
@@ -80,3 +85,68 @@ def test_matches_the_paper_formula(overlong, seed):
                past_max="linear" if linear else "capped")
     want = [paper(x, max_length, cache, factor, linear) for x in lengths]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def trl_soft_overlong_punishment(lengths, max_completion_len, soft_punish_cache):
+    """TRL's (and open-r1's) `get_soft_overlong_punishment` body, transcribed: Python float64."""
+    rewards = []
+    for completion_length in lengths:
+        if completion_length <= max_completion_len - soft_punish_cache:
+            rewards.append(0.0)
+        elif max_completion_len - soft_punish_cache < completion_length <= max_completion_len:
+            rewards.append((max_completion_len - soft_punish_cache - completion_length) / soft_punish_cache)
+        else:
+            rewards.append(-1.0)
+    return rewards
+
+
+def verl_overlong_reward(valid_response_length, max_resp_len, overlong_buffer_len, penalty_factor, dtype):
+    """verl's DAPORewardManager overlong block, transcribed. dtype float32 is what verl runs: the
+    length is an int64 tensor, so `-exceed_len / overlong_buffer_len` and the product are float32."""
+    expected_len = max_resp_len - overlong_buffer_len
+    exceed_len = valid_response_length - expected_len
+    overlong_reward = dtype(-exceed_len) / dtype(overlong_buffer_len) * dtype(penalty_factor)
+    return min(overlong_reward, 0)
+
+
+def random_case(rng):
+    max_length, cache = rng.randint(1, 300), rng.choice([0, 1, 2, 7, 16, 50, 299])
+    thresholds = [max_length, max_length + 1, max_length - cache, max_length - cache + 1, max_length - cache - 1]
+    lengths = [max(0, rng.choice([rng.randint(0, 400)] + thresholds)) for _ in range(30)]
+    return max_length, cache, lengths
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_trls_code_bit_for_bit(overlong, seed):
+    """TRL's values are Python floats; GRPOTrainer stores them in a float32 tensor, which is this
+    spec's float64 result rounded to float32. Covers cache 0 and lengths at each threshold."""
+    rng = random.Random(seed)
+    max_length, cache, lengths = random_case(rng)
+    got = np.array(term(overlong, [float(x) for x in lengths], max_length=max_length, cache=cache))
+    want = np.array(trl_soft_overlong_punishment(lengths, max_length, cache))
+    assert got.tolist() == want.tolist()
+    assert got.astype(np.float32).tolist() == want.astype(np.float32).tolist()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_verls_code(overlong, seed):
+    """verl: bit for bit against its expression in float64, and within float32 rounding of the
+    float32 it computes. Its reward is the score plus the overlong reward (`reward += ...`)."""
+    rng = random.Random(seed)
+    max_length, cache, lengths = random_case(rng)
+    cache = cache or 1  # verl divides by the buffer length: NaN and -inf at a zero buffer
+    factor = rng.choice([0.0, 0.1, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0])
+    scores = [rng.choice([1.0, -1.0, 0.0]) for _ in lengths]
+    out = overlong(scores, group_size=len(lengths), channels={"length": [float(x) for x in lengths]},
+                   params={"max_length": max_length, "cache": cache, "penalty_factor": factor, "past_max": "linear"})
+    want64 = [verl_overlong_reward(x, max_length, cache, factor, np.float64) for x in lengths]
+    assert out.terms["overlong"].tolist() == [float(w) for w in want64]
+    want32 = [np.float32(s) + verl_overlong_reward(x, max_length, cache, factor, np.float32)
+              for s, x in zip(scores, lengths)]
+    np.testing.assert_allclose(out.rewards, np.array(want32, dtype=np.float64), rtol=2e-7, atol=2e-7)
+
+
+def test_the_ramp_is_divided_before_it_is_scaled_as_in_verl(overlong):
+    """verl computes -exceed / buffer * factor: at max_length exactly -factor. Scaling first,
+    0.1 * -3 / 3, gives -0.10000000000000002."""
+    assert term(overlong, [100.0], max_length=100, cache=3, penalty_factor=0.1) == [-0.1]
