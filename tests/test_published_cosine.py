@@ -1,4 +1,9 @@
-"""stdlib cosine: open-r1's cosine test numbers, the authors' exceed margin, thresholds, and the formula."""
+"""stdlib cosine: open-r1's cosine test numbers, the authors' exceed margin, thresholds, and the formula.
+
+The differential tests run transcriptions of the authors' code (eddycmu/demystify-long-cot,
+`openrlhf/openrlhf/reward/cosine.py`, `CosineScaledSparseReward.reward`) and of open-r1's
+`get_cosine_scaled_reward`, written from reading them, in Python float64 as they compute.
+"""
 
 from __future__ import annotations
 
@@ -87,3 +92,75 @@ def test_matches_the_paper_formula(cosine, seed):
               wrong_short=vals[2], wrong_long=vals[3], exceed=exceed, exceed_margin=margin)
     want = [paper(r > 0, x, max_length, *vals, exceed, margin) for r, x in zip(rewards, lengths)]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+
+
+def open_r1_cosine_scaled_reward(gen_len, is_correct, min_value_wrong, max_value_wrong, min_value_correct,
+                                 max_value_correct, max_len):
+    """open-r1's `cosine_scaled_reward` after its correctness check, transcribed."""
+    progress = gen_len / max_len
+    cosine = math.cos(progress * math.pi)
+    if is_correct:
+        min_value, max_value = min_value_correct, max_value_correct
+    else:
+        min_value, max_value = max_value_wrong, min_value_wrong
+    return float(min_value + 0.5 * (max_value - min_value) * (1.0 + cosine))
+
+
+def authors_cosine_reward(gen_len, score, min_value_wrong, max_value_wrong, min_value_correct,
+                          max_value_correct, max_len, exceed_length):
+    """`CosineScaledSparseReward.reward` for one sequence, transcribed (its repetition penalty, a
+    separate shaper, left out): `exceed_length` None counts as 0, and MAX_LEN_MARGIN is 16."""
+    exceed_length = exceed_length if exceed_length is not None else 0
+    if gen_len + 16 >= max_len:
+        return exceed_length
+    if score == 1:
+        min_value, max_value = min_value_correct, max_value_correct
+    else:
+        min_value, max_value = max_value_wrong, min_value_wrong
+    progress = gen_len / max_len
+    cosine = math.cos(progress * math.pi)
+    return min_value + 0.5 * (max_value - min_value) * (1.0 + cosine)
+
+
+def random_values(rng):
+    """Reward values as the authors' code accepts them: the wrong ones must not be positive."""
+    wrong = [rng.choice([-10.0, -1.0, -0.5, 0.0]) for _ in range(2)]
+    right = [rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(2)]
+    return {"min_value_wrong": wrong[0], "max_value_wrong": wrong[1],
+            "min_value_correct": right[0], "max_value_correct": right[1]}
+
+
+def ours(values, max_len):
+    return {"max_length": max_len, "wrong_short": values["min_value_wrong"], "wrong_long": values["max_value_wrong"],
+            "correct_long": values["min_value_correct"], "correct_short": values["max_value_correct"]}
+
+
+def random_rollouts(rng, max_len, margin):
+    thresholds = [max_len, max_len - 1, max_len + 1, max_len - margin, max_len - margin - 1, 0]
+    lengths = [max(0, rng.choice([rng.randint(0, 2 * max_len)] + thresholds)) for _ in range(40)]
+    return [float(rng.randint(0, 1)) for _ in lengths], lengths
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_open_r1_bit_for_bit(cosine, seed):
+    """exceed unset: the cosine continues past max_length. TRL's float32 reward tensor holds these
+    values rounded, so it matches too."""
+    rng = random.Random(seed)
+    values, max_len = random_values(rng), rng.choice([1, 17, 100, 1000, 4096])
+    rewards, lengths = random_rollouts(rng, max_len, 0)
+    got = run(cosine, rewards, [float(x) for x in lengths], exceed=None, **ours(values, max_len))
+    assert got == [open_r1_cosine_scaled_reward(x, r > 0, **values, max_len=max_len) for r, x in zip(rewards, lengths)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_matches_the_authors_code_bit_for_bit(cosine, seed):
+    """exceed_margin 16, and exceed = exceed_length, 0 where the code's is unset. The code's float
+    list becomes a float32 tensor: these values rounded."""
+    rng = random.Random(100 + seed)
+    values, max_len = random_values(rng), rng.choice([1, 16, 17, 100, 1000, 14336])
+    exceed_length = rng.choice([None, -10.0, 0.0, -1.0])
+    rewards, lengths = random_rollouts(rng, max_len, 16)
+    got = run(cosine, rewards, [float(x) for x in lengths], exceed=exceed_length if exceed_length is not None else 0.0,
+              exceed_margin=16, **ours(values, max_len))
+    assert got == [authors_cosine_reward(x, r, **values, max_len=max_len, exceed_length=exceed_length)
+                   for r, x in zip(rewards, lengths)]
