@@ -14,6 +14,7 @@ import numpy as np
 
 from ..compiler.ir import BATCH, CONST, GROUP, PARAM, ROLLOUT, Node, ShaperIR, Type
 from .batch import Batch
+from .powers import power
 
 NAN = math.nan
 
@@ -221,7 +222,7 @@ class Interpreter:
                     return a * b
                 if node.attr == "/":
                     return np.true_divide(a, b)
-                return np.power(a, b)
+                return power(a, b)
         if op == "cmp":
             return k_cmp(node.attr, *[self.at(a, ty) for a in node.args])
         if op == "and":

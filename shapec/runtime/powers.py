@@ -1,0 +1,38 @@
+"""x ** y as the kernels compute it: C's pow, element by element.
+
+The numba kernels lower `**` to the C library's pow, which is correctly rounded here; NumPy's
+`np.power` on float arrays (and on its own scalars) takes a vectorised path that differs from it in
+the last bit for about one pair in twenty, so the interpreter cannot use it and stay the kernels'
+oracle. Python's float pow is C's pow, except that it raises where C returns an infinity or NaN.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _odd_integer(y: float) -> bool:
+    return math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2.0) != 0.0
+
+
+def c_pow(x: float, y: float) -> float:
+    """C99 pow: a pole or an overflow is an infinity (negative for a negative base to an odd
+    integer power), a negative base to a non-integer power NaN."""
+    try:
+        return math.pow(x, y)
+    except OverflowError:
+        return -math.inf if x < 0 and _odd_integer(y) else math.inf
+    except ValueError:  # 0 ** negative, or a negative base to a non-integer power
+        if x == 0:
+            return math.copysign(math.inf, x) if _odd_integer(y) else math.inf
+        return math.nan
+
+
+_ELEMENTWISE = np.frompyfunc(c_pow, 2, 1)
+
+
+def power(a, b) -> np.ndarray:
+    """Elementwise c_pow of two broadcastable float arrays (or scalars), as float64."""
+    return np.asarray(_ELEMENTWISE(a, b), dtype=np.float64)
