@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from .compiler.check import CheckedModule, check_module
 from .compiler.imports import STDLIB, Target, name_clashes, newlines, read_spec, resolve, target_span
@@ -13,12 +13,21 @@ from .syntax.parser import parse
 from .syntax.source import Diagnostic, ShapeError, Span
 
 
-class _Loader:
-    """Resolves imports (see compiler/imports.py for where they may point) and caches checked modules."""
+ImportKey = tuple[bool, str, str]  # (is a path, the importing spec's folder, the target as written)
 
-    def __init__(self):
+
+class _Loader:
+    """Resolves imports (see compiler/imports.py for where they may point) and caches checked modules.
+
+    Every import it resolves is kept in `imports` (key -> Target), so a pickled shaper carries the
+    text of every spec it was built from; a loader given `pickled` (an unpickled shaper's) reads
+    its imports from them instead of the disk, where a helper may have been edited or deleted."""
+
+    def __init__(self, pickled: Mapping[ImportKey, Target] | None = None):
         self.done: dict[Path, CheckedModule] = {}
         self.active: list[Path] = []
+        self.imports: dict[ImportKey, Target] = {}
+        self.pickled = pickled or {}
 
     def file(self, path: Path) -> CheckedModule:
         """A spec the caller named: its imports stay inside its folder's tree."""
@@ -42,8 +51,12 @@ class _Loader:
 
     def checked(self, text: str, filename: str, folder: Path, root: Path) -> CheckedModule:
         def load(target: str, is_path: bool, span: Span) -> CheckedModule | Diagnostic:
-            found = resolve(target, is_path, folder, root, span)
-            return found if isinstance(found, Diagnostic) else self.imported(found, span)
+            key = (is_path, str(folder), target)
+            found = self.pickled.get(key) or resolve(target, is_path, folder, root, span)
+            if isinstance(found, Diagnostic):
+                return found
+            self.imports[key] = found
+            return self.imported(found, span)
 
         module = parse(text, filename)
         diags = name_clashes(module)  # a clash fails the file, so which import check_module keeps never shows
@@ -77,8 +90,10 @@ class CompiledModule:
     `shapers`, `pipelines`) is reached only as `mod["names"]`.
     """
 
-    def __init__(self, checked: CheckedModule, backend: str, parallel: bool = False):
+    def __init__(self, checked: CheckedModule, backend: str, parallel: bool = False,
+                 imports: Mapping[ImportKey, Target] | None = None):
         self.filename = checked.filename
+        self._imports = dict(imports or {})  # what its shapers pickle with their source (api._rebuild)
         self.doc = checked.doc
         self.backend = backend
         self.parallel = parallel
@@ -104,7 +119,7 @@ class CompiledModule:
             raise KeyError(f"{self.filename} has no shaper or pipeline {name!r}{hint}")
         if name not in self._compiled:
             ir = self._irs[name]
-            self._compiled[name] = documented(CompiledShaper, ir)(ir, self.backend, self.parallel)
+            self._compiled[name] = documented(CompiledShaper, ir)(ir, self.backend, self.parallel, self._imports)
         return self._compiled[name]
 
     def __getattr__(self, name: str):
@@ -155,13 +170,16 @@ def compile_str(source: str, filename: str = "<string>", backend: str | None = N
     parallel=True (or SHAPEC_PARALLEL=1) makes numba kernels run chunks of groups on several
     threads for large batches; the rewards are identical either way.
     """
-    return CompiledModule(_Loader().source(source, filename, Path(filename).parent), resolve_backend(backend),
-                          resolve_parallel(parallel))
+    loader = _Loader()
+    checked = loader.source(source, filename, Path(filename).parent)
+    return CompiledModule(checked, resolve_backend(backend), resolve_parallel(parallel), loader.imports)
 
 
 def compile_file(path: str | Path, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
     """Parse, check and compile a .shape file (imports resolve relative to it)."""
-    return CompiledModule(_Loader().file(Path(path)), resolve_backend(backend), resolve_parallel(parallel))
+    loader = _Loader()
+    checked = loader.file(Path(path))
+    return CompiledModule(checked, resolve_backend(backend), resolve_parallel(parallel), loader.imports)
 
 
 def load(name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
@@ -190,14 +208,18 @@ def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
     return []
 
 
-def _rebuild(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False):
-    """Unpickle a compiled shaper: recompile from its source (the kernel cache makes this cheap)."""
-    path = Path(filename)
-    try:
-        same = path_kind(path) == "file" and read_spec(path) == source
-    except (OSError, ShapeError):
-        same = False
-    mod = compile_file(path, backend, parallel) if same else compile_str(source, filename, backend, parallel)
-    shaper = mod[name]
+def pickled_imports(imports: Mapping[ImportKey, Target]) -> tuple:
+    """A shaper's imports as plain values (key, shown, real, root, text), for its pickle."""
+    return tuple((key, str(t.shown), str(t.real), str(t.root), t.text) for key, t in imports.items())
+
+
+def _rebuild(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False,
+             imports: tuple = ()):
+    """Unpickle a compiled shaper: recompile from the pickled text of its spec and of every spec it
+    imports, never from the files (the kernel cache makes this cheap)."""
+    pickled = {key: Target(Path(shown), Path(real), Path(root), text) for key, shown, real, root, text in imports}
+    loader = _Loader(pickled)
+    checked = loader.source(source, filename, Path(filename).parent)
+    shaper = CompiledModule(checked, backend, parallel, loader.imports)[name]
     shaper.load_state_dict(state)
     return shaper

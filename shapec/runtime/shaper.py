@@ -147,8 +147,9 @@ class CompiledShaper:
     under a lock, so calls from several threads never lose an update.
     """
 
-    def __init__(self, ir: ShaperIR | PipelineIR, backend: str, parallel: bool = False):
+    def __init__(self, ir: ShaperIR | PipelineIR, backend: str, parallel: bool = False, imports=None):
         self.ir = ir
+        self._imports = imports or {}  # the specs it imports, as its loader read them (api.pickled_imports)
         self.backend = backend
         self.parallel = parallel and backend == "numba"
         self.stages: list[tuple[ShaperIR, dict[str, Any]]] = (
@@ -183,10 +184,10 @@ class CompiledShaper:
         return f"<shapec {kind} {self.name!r} ({self.backend}{', parallel' if self.parallel else ''})>"
 
     def __reduce__(self):
-        from ..api import _rebuild
+        from ..api import _rebuild, pickled_imports
 
         return (_rebuild, (self.ir.source, self.ir.filename, self.name, self.backend, self.state_dict(),
-                           self.parallel))
+                           self.parallel, pickled_imports(self._imports)))
 
     # ------------------------------------------------------------ params and state
     @property
