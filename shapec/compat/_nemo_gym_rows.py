@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..runtime.validate import BatchError, band, finite, numeric, show
+from ..runtime.validate import BatchError, as_array, band, finite, flag, numeric, show
 
 CHANNELS = ("total", "reasoning", "answer")
 
@@ -103,6 +103,18 @@ def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
     except (KeyError, TypeError, AttributeError):
         return None
     return reasoning, answer
+
+
+def has_components(value: Any, where: str) -> bool:
+    """Whether a row lists reward components: a non-empty list, dict or array (any length counts,
+    so [0.0] is one component), or a nonzero count."""
+    value = as_array(where, value)
+    if isinstance(value, np.ndarray) and value.ndim:
+        return value.size > 0
+    try:
+        return len(value) > 0
+    except TypeError:  # a number or scalar: a count
+        return flag(value, where)
 
 
 def read_rows(results: Sequence[Any]) -> tuple[list[dict], np.ndarray, list[str]]:

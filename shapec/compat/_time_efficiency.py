@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
+from ..runtime.validate import BatchError, as_array, flag, show
 from ._stdlib import stdlib_shaper
 
 PREFIX = "time_efficiency/"
@@ -59,11 +60,13 @@ def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
     seconds = result["full_result"].get("openhands_run_time")
     try:
         value = max(float(seconds), 0.0)
+    except OverflowError:  # an integer past float range: as infinite as NeMo-RL's float() can't say
+        value = math.inf if seconds > 0 else 0.0
     except (TypeError, ValueError):
         return 0.0
     if not math.isfinite(value):
         # NeMo-RL would write a NaN or -inf reward here; refuse instead
-        raise ValueError(f"results[{index}].full_result.openhands_run_time is {seconds!r}; expected a finite number")
+        raise ValueError(f"results[{index}].full_result.openhands_run_time is {show(seconds)}; expected a finite number")
     return value
 
 
@@ -71,6 +74,8 @@ def has_run_time(result: Mapping[str, Any]) -> bool:
     """Whether `openhands_run_time` is there and reads as a number (else the row is charged 0)."""
     try:
         float(result["full_result"].get("openhands_run_time"))
+    except OverflowError:
+        return True
     except (TypeError, ValueError):
         return False
     return True
@@ -88,6 +93,21 @@ def _count_missing_run_times(results: Sequence[Mapping[str, Any]]) -> int:
                       "full_result.openhands_run_time and are charged 0 minutes (counted in "
                       f"{PREFIX}missing_run_time; this warning is shown once)", stacklevel=3)
     return missing
+
+
+def charged_reward(full: Mapping[str, Any], index: int) -> float:
+    """`float(reward or 0)`, as NeMo-RL reads a reward it charges; numpy and torch scalars too, and
+    anything that is not one number is a BatchError naming the row."""
+    value = as_array(f"results[{index}].full_result.reward", full.get("reward"))
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(()).item()
+    try:
+        reward = float(value or 0.0)
+    except (TypeError, ValueError, OverflowError):
+        reward = math.nan
+    if not math.isfinite(reward):
+        raise BatchError(f"results[{index}].full_result.reward: expected a finite number, got {show(value)}")
+    return reward
 
 
 def rollout_calls(result: Mapping[str, Any]) -> int:
@@ -123,10 +143,12 @@ def apply_time_efficiency_reward(
     n = len(results)
     if mask_sample is not None and len(mask_sample) != n:
         raise ValueError(f"mask_sample has {len(mask_sample)} entries for {n} results")
-    masked = np.array([bool(flag) for flag in mask_sample] if mask_sample is not None else [False] * n)
+    masked = np.array([flag(f, f"mask_sample[{i}]") for i, f in enumerate(mask_sample)] if mask_sample is not None
+                      else [False] * n, dtype=bool)
     full = [result["full_result"] for result in results]
-    resolved = np.array([bool(fr.get("resolved")) for fr in full])
-    rewards = np.array([float(fr.get("reward") or 0.0) for fr in full])
+    resolved = np.array([flag(fr.get("resolved"), f"results[{i}].full_result.resolved") for i, fr in enumerate(full)],
+                        dtype=bool)
+    rewards = np.array([charged_reward(fr, i) for i, fr in enumerate(full)], dtype=np.float64)
     out = stdlib_shaper("time_efficiency", "time_efficiency")(
         rewards, offsets=np.array([0, n]),
         channels={

@@ -18,20 +18,20 @@ float32 rounding that these do not.
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 from typing import Any, Sequence
 
 import numpy as np
 
+from ..runtime.validate import as_array, flag, is_finite_number, numeric, show
 from ._stdlib import stdlib_shaper
 
 logger = logging.getLogger(__name__)
 
 
 def _check_coeff(coeff: Any) -> float:
-    if isinstance(coeff, bool) or not isinstance(coeff, numbers.Real) or not math.isfinite(coeff) or coeff < 0:
-        raise ValueError(f"coeff must be a finite number >= 0, got {coeff!r}")
+    if not is_finite_number(coeff) or coeff < 0:
+        raise ValueError(f"coeff must be a finite number >= 0, got {show(coeff)}")
     return float(coeff)
 
 
@@ -42,13 +42,14 @@ def _check_min_tokens(min_tokens: Any) -> int:
 
 
 def _is_sample_list(entry: Any) -> bool:
-    """A rollout given as retained sibling samples: a non-empty list whose items are masks."""
+    """A rollout given as retained sibling samples: a non-empty list whose items are masks (lists,
+    or numpy arrays or torch tensors of at least one dimension; a 0-d one is a mask's value)."""
     return (isinstance(entry, (list, tuple)) and len(entry) > 0
-            and isinstance(entry[0], (list, tuple, np.ndarray)))
+            and (isinstance(entry[0], (list, tuple)) or getattr(entry[0], "ndim", 0) >= 1))
 
 
 def _mask_sum(mask: Any, where: str) -> int:
-    arr = np.asarray(mask)
+    arr = np.asarray(as_array(where, mask))
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "biuf"):
         raise ValueError(f"{where}: expected a 1-d loss mask of 0/1 values, got {arr.dtype} with shape {arr.shape}")
     bad = (arr != 0) & (arr != 1)
@@ -73,14 +74,15 @@ def loss_tokens(loss_masks: Sequence[Any], removed: Sequence[Any] | None = None)
     for i, entry in enumerate(loss_masks):
         siblings = _is_sample_list(entry)
         samples = list(entry) if siblings else [entry]
-        flags = removed[i] if removed is not None else False
-        if isinstance(flags, (list, tuple, np.ndarray)):
+        flags = as_array(f"removed[{i}]", removed[i]) if removed is not None else False
+        if isinstance(flags, (list, tuple)) or getattr(flags, "ndim", 0) >= 1:  # one flag per sibling sample
             if len(flags) != len(samples):
                 raise ValueError(f"removed[{i}] has {len(flags)} flags for {len(samples)} samples")
+            gone = [flag(f, f"removed[{i}][{k}]") for k, f in enumerate(flags)]
         else:
-            flags = [flags] * len(samples)
-        for k, (mask, gone) in enumerate(zip(samples, flags)):
-            if not gone:
+            gone = [flag(flags, f"removed[{i}]")] * len(samples)
+        for k, (mask, skip) in enumerate(zip(samples, gone)):
+            if not skip:
                 out[i] += _mask_sum(mask, f"loss_masks[{i}][{k}]" if siblings else f"loss_masks[{i}]")
     return out
 
@@ -106,16 +108,17 @@ def shape_rewards(
     """
     coeff = _check_coeff(coeff)
     min_tokens = _check_min_tokens(min_tokens)
-    if coeff == 0:
-        return np.array(rewards, dtype=np.float64)
+    shaper = stdlib_shaper("miles", "length_penalty")
+    params = {"coeff": coeff, "min_tokens": min_tokens}
+    if coeff == 0:  # disabled: no lengths, no log lines; the rewards and groups are checked all the same
+        values = numeric("rewards", rewards)
+        return shaper(values, group_size=group_size, offsets=offsets, channels={"loss_tokens": np.zeros(len(values))},
+                      params=params, breakdown=False).rewards
     if loss_tokens is None:
         raise ValueError("loss_tokens is required when coeff > 0")
-    out = stdlib_shaper("miles", "length_penalty")(
-        rewards, group_size=group_size, offsets=offsets, channels={"loss_tokens": loss_tokens},
-        params={"coeff": coeff, "min_tokens": min_tokens},
-    )
+    out = shaper(rewards, group_size=group_size, offsets=offsets, channels={"loss_tokens": loss_tokens}, params=params)
     if session_ids is not None or rollout_ids is not None:
-        _log(out, np.asarray(loss_tokens, dtype=np.float64), session_ids, rollout_ids)
+        _log(out, numeric("loss_tokens", loss_tokens), session_ids, rollout_ids)
     return out.rewards
 
 
@@ -153,7 +156,7 @@ def group_advantages(
     """
     out = stdlib_shaper("miles", "grpo_advantage")(
         rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards,
-        params={"normalize_std": bool(normalize_std)}, breakdown=False,
+        params={"normalize_std": normalize_std}, breakdown=False,
     )
     return out.rewards
 

@@ -37,8 +37,8 @@ from typing import Any, Literal, Optional
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..runtime.validate import BatchError
-from ._nemo_gym_rows import CHANNELS, group_metadata, length_of, read_rows, response_texts, row_lengths
+from ..runtime.validate import BatchError, flag
+from ._nemo_gym_rows import CHANNELS, group_metadata, has_components, length_of, read_rows, response_texts, row_lengths
 from ._time_efficiency import TimeEfficiencyConfig, apply_time_efficiency_reward
 
 __all__ = ["LengthPenaltyConfig", "LengthPenaltyParams", "ProfileBandConfig", "apply_group_length_penalties",
@@ -279,8 +279,10 @@ def apply_group_length_penalties(
 
     if tokenizer is None and any(p["enabled"] and p["length_type"] == "tokens" for p in per_group):
         _warn_tokens_without_tokenizer()
-    components = np.array([1.0 if full.get("reward_components") else 0.0 for full in fulls])
-    low_effort = np.array([1.0 if row.get("low_effort_applied") else 0.0 for row in results])
+    components = np.array([has_components(full.get("reward_components"), f"results[{i}].full_result.reward_components")
+                           for i, full in enumerate(fulls)], dtype=np.float64)
+    low_effort = np.array([flag(row.get("low_effort_applied"), f"results[{i}].low_effort_applied")
+                           for i, row in enumerate(results)], dtype=np.float64)
     reasoning, answer = row_lengths(results, starts, group_size, per_group, tokenizer)
     metadata = group_metadata(results, starts)
 

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
-from .validate import (BatchError, band, band_table, check_offsets, clean, finite, group_size_offsets, integers,
-                       numeric, show)
+from .validate import (BatchError, as_array, band, band_table, check_offsets, clean, finite, group_size_offsets,
+                       integers, numeric, show)
 
 __all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
 
@@ -183,6 +183,7 @@ def _load_record(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) ->
 
 def _load_field(batch: Batch, path: str, typ: str, value: Any, G: int) -> None:
     name = f"metadata[{path!r}]"
+    value = as_array(name, value)
     if typ == "band":
         batch.bands[path] = _band_column(name, value, G)
         return

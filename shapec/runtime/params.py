@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
 from ..compiler.ir import ParamSpec, ShaperIR
+from .validate import is_finite_number, show
 
 
 class ParamError(ValueError):
@@ -81,6 +82,9 @@ def _type_check(kind: str):
             ok = items is not None and all(_is_number(x, "float") for x in items)
         else:
             ok = _is_number(value, kind)
+            if ok and kind == "int" and not is_finite_number(value):  # a whole number every kernel reads as a float
+                raise PydanticCustomError("param_type", "expected an integer within the float range, got {got}",
+                                          {"got": show(value)})
         if not ok:
             raise PydanticCustomError("param_type", "expected {expected}, got {got}",
                                       {"expected": _NAMES[kind], "got": f"{value!r} ({type(value).__name__})"})

@@ -71,16 +71,55 @@ def is_finite_number(value: Any) -> bool:
         return False
 
 
+def as_array(name: str, value: Any) -> Any:
+    """A torch tensor (any device or dtype, requiring grad or not) as a numpy array of its values,
+    and a masked array with a masked entry refused; anything else as it is. numpy reads a CPU
+    tensor itself, but raises on one that requires grad, lives on a GPU or is bfloat16, and it
+    reads a masked entry's hidden value as if it were data."""
+    if isinstance(value, np.ma.MaskedArray):
+        if np.ma.is_masked(value):
+            raise BatchError(f"{name}: masked entry at index {_first(np.ma.getmaskarray(value).ravel())}; "
+                             f"expected a value everywhere")
+        return np.ma.getdata(value)
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        tensor = value.detach().cpu()
+        try:
+            return tensor.numpy()
+        except TypeError:  # bfloat16, float8, complex32: dtypes numpy has no twin of
+            if tensor.is_complex():
+                raise BatchError(f"{name}: expected numbers, got dtype {tensor.dtype}") from None
+            return tensor.double().numpy()
+    return value
+
+
+def flag(value: Any, where: str) -> bool:
+    """A flag read as Python reads one (truthiness), numpy and torch scalars included; an array
+    of several values is no flag (Python's `if` raises numpy's "ambiguous" error on it)."""
+    value = as_array(where, value)
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise BatchError(f"{where}: expected a flag (true or false), got an array of shape {value.shape}")
+        value = value.reshape(()).item()
+    try:
+        return bool(value)
+    except Exception:  # an object whose truth is undefined
+        raise BatchError(f"{where}: expected a flag (true or false), got {show(value)}") from None
+
+
 def numeric(name: str, value: Any, length: int | None = None, what: str = "rollout") -> np.ndarray:
     """A fresh 1-d float64 array (booleans become 0/1); anything else names the bad element."""
     if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
         return value.copy()  # the common case, without the checks below
     if isinstance(value, (str, bytes, Mapping)) or value is None:
         raise BatchError(f"{name}: expected a 1-d array of numbers, got {type(value).__name__}")
+    value = as_array(name, value)
     try:
         arr = np.asarray(value)
-    except (TypeError, ValueError, OverflowError):  # ragged nesting
-        raise BatchError(f"{name}: expected a 1-d array of numbers") from None
+    except (TypeError, ValueError, OverflowError, RuntimeError):  # ragged nesting; tensors that require grad
+        if isinstance(value, (list, tuple)):  # name the element that is not a number
+            arr = np.array([_element(name, i, v) for i, v in enumerate(value)], dtype=np.float64)
+        else:
+            raise BatchError(f"{name}: expected a 1-d array of numbers") from None
     if arr.ndim != 1:
         raise BatchError(f"{name}: expected a 1-d array, got shape {arr.shape}")
     if arr.dtype.kind in "OUS":  # mixed or non-numeric elements: name the first bad one
@@ -125,6 +164,7 @@ def integers(name: str, value: Any) -> np.ndarray:
     """A 1-d int64 array from integers only: floats (even 2.0), bools, strings and huge ints are errors."""
     if isinstance(value, (str, bytes, Mapping)) or value is None:
         raise BatchError(f"{name}: expected a 1-d array of integers, got {type(value).__name__}")
+    value = as_array(name, value)
     if isinstance(value, (list, tuple)):  # numpy would turn True into 1 and 2.0 into an int array's 2
         for i, v in enumerate(value):
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or not -_INT64_MAX <= v <= _INT64_MAX:
