@@ -79,3 +79,56 @@ def test_a_pickle_without_imports_still_reads_them_from_disk(tmp_path):
     path = _tree(tmp_path)
     shaper = _rebuild(path.read_text(), str(path), "top", "interpreter", {}, False)
     assert shaper([0.0], group_size=1).rewards.tolist() == [3.0]
+
+
+# ------------------------------------------------------------------ the kernel call path
+LANE_SPEC = src("""
+    shaper t(k: float = 1) requires nonneg produces nonneg {
+      input x: tokens
+      meta m: float
+      meta rec: {w: float, pb: band}
+      meta h: list(reward: float, length: tokens)
+      term bonus = k * (m ?? 0) + (rec.w ?? 0) + float(mean(h.length where h.reward > 0) ?? 0)
+      clamp >= 0
+      factor fit = band(x, rec.pb) on reward > 0
+    }
+""")
+
+
+def test_every_stdlib_and_test_shaper_keeps_its_fast_lane():
+    """The lane refuses only a kernel it cannot fill; every real one it fills."""
+    assert compile_str(LANE_SPEC, backend="numba").t._lane is not None
+    for module, name in [("nemo_rl", "length_penalty"), ("miles", "length_penalty"), ("short_rl", "short_rl")]:
+        assert shapec.load(module, backend="numba")[name]._lane is not None
+
+
+CRASH = """
+import dataclasses, sys
+import numpy as np
+import shapec.compiler.build as build
+from shapec import compile_str
+from shapec.runtime.shaper import CompiledShaper
+
+real = build.load_kernels
+def renamed(ir, parallel):  # a kernel out of step with its IR: it reads a column the IR does not declare
+    kernel = real(ir, parallel)[0]
+    args = tuple(dataclasses.replace(a, key="ghost") if a.source == "meta" else a for a in kernel.args)
+    return [dataclasses.replace(kernel, args=args)]
+build.load_kernels = renamed
+ir = compile_str(sys.argv[1], backend="numba").t.ir
+shaper = CompiledShaper(ir, "numba")
+print("lane", shaper._lane is not None, flush=True)
+try:
+    # arrays in kernel form, so the fast lane (not the general path) would take the call
+    shaper(np.array([1.0, 0.0]), group_size=2, channels={"x": np.array([1.0, 2.0])}, metadata={"m": np.array([0.5])})
+except KeyError as err:
+    print("KeyError", err)
+"""
+
+
+def test_a_kernel_the_fast_lane_cannot_fill_never_gets_a_none_argument(tmp_path):
+    """Handed a None, an ahead-of-time kernel reads it as an array and the process dies (SIGSEGV);
+    the lane now refuses such a kernel, and the general path names the column it cannot find."""
+    out = subprocess.run([sys.executable, "-c", CRASH, LANE_SPEC], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert out.stdout.split("\n")[:2] == ["lane False", "KeyError 'ghost'"]

@@ -54,8 +54,10 @@ class FastLane:
         self.checks = compiled_checks()
         slot = {(a.source, a.key): i for i, a in enumerate(kernel.inputs)}  # None: the kernel does not read it
         self.width = len(kernel.inputs)
-        self.fixed = [(slot[k, None], k) for k in ("rewards", "env_rewards", "offsets", "components", "use_components")]
-        self.inputs = [(name, typ in UNITS, typ == "int", typ == "bool", slot["input", name]) for name, typ in ir.inputs]
+        self.fixed = [(slot.get((k, None)), k) for k in ("rewards", "env_rewards", "offsets", "components",
+                                                          "use_components")]
+        self.inputs = [(name, typ in UNITS, typ == "int", typ == "bool", slot.get(("input", name)))
+                       for name, typ in ir.inputs]
         self.metas = []
         for m in ir.metas:
             if m.kind == "scalar":
@@ -72,6 +74,24 @@ class FastLane:
         self.thread_slot = slot.get(("nthreads", None))
         self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
         self._params: dict[tuple, dict] = {}  # params as passed -> the stage's param arrays (`_param_arrays`)
+        # a compiled kernel reads a None argument as an array and crashes the process: the lane serves
+        # only a kernel whose every argument it fills, and that has a slot for each value it always
+        # writes (a kernel out of step with its IR gets no lane: the general path builds its arguments)
+        params = {i for (source, _), i in slot.items() if source == "params"}  # `kernel.param_values` fills them
+        always = [i for i, _ in self.fixed] + [plan[-1] for plan in self.inputs]
+        self.fills_every_argument = None not in always and self._filled_slots() | params == set(range(self.width))
+
+    def _filled_slots(self) -> set:
+        """The argument slots a call fills from the batch (each plan's slot, where the kernel reads one)."""
+        slots = {i for i, _ in self.fixed} | {plan[-1] for plan in self.inputs}
+        for _, kind, plan in self.metas:
+            if kind == "scalar":
+                slots.add(plan[-1])
+            elif kind == "record":
+                slots |= {field[-1] for field in plan[1]}
+            else:
+                slots |= {plan[0]} | {field[-1] for field in plan[1]}
+        return (slots | {self.state_slot, self.thread_slot}) - {None}
 
     def __call__(self, rewards, group_size, offsets, channels, metadata, params, breakdown: bool):
         values = [None] * self.width

@@ -169,7 +169,8 @@ class CompiledShaper:
 
             self._kernels = load_kernels(ir, self.parallel)
             if len(self.stages) == 1 and compiled_checks() is not None:
-                self._lane = FastLane(self, self._kernels[0])
+                lane = FastLane(self, self._kernels[0])
+                self._lane = lane if lane.fills_every_argument else None
 
     @property
     def name(self) -> str:
