@@ -17,7 +17,9 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from ..api import CompiledModule, compile_file, load
+from ..runtime.batch import channel_arrays
 from ..runtime.shaper import CompiledShaper, Result
+from ..runtime.validate import finite, numeric, show
 
 
 def require(module: str, extra: str):
@@ -67,7 +69,11 @@ def group_order(keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
     """The permutation that puts each group's rollouts together (stable), and the group offsets."""
     members: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
-        members.setdefault(key, []).append(i)
+        try:
+            members.setdefault(key, []).append(i)
+        except TypeError:
+            raise ValueError(f"group key of rollout {i} is {show(key)}; a group key is a hashable value "
+                             f"(a uid string, a prompt number)") from None
     order = np.fromiter((i for rows in members.values() for i in rows), dtype=np.int64, count=len(keys))
     offsets = np.zeros(len(members) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(rows) for rows in members.values()])
@@ -90,7 +96,7 @@ def _length_input(inputs: Mapping[str, str], columns: Mapping, unit: str, where:
                      f"the trainer's {unit} lengths fill only one: give the others as columns of the same name")
 
 
-def fill_inputs(shaper: CompiledShaper, columns: Mapping[str, Sequence], lengths: np.ndarray, unit: str,
+def fill_inputs(shaper: CompiledShaper, columns: Mapping[str, Sequence], lengths: Sequence[float], unit: str,
                 rewards: np.ndarray, where: str) -> dict[str, np.ndarray]:
     """Each spec input from, in turn: a column of the same name; the trainer's lengths (see
     `_length_input`); base correctness (reward == 1) for `correct: bool`."""
@@ -99,7 +105,7 @@ def fill_inputs(shaper: CompiledShaper, columns: Mapping[str, Sequence], lengths
     out: dict[str, np.ndarray] = {}
     for name, typ in inputs.items():
         if name in columns:
-            out[name] = np.asarray(columns[name], dtype=np.float64)
+            out[name] = columns[name]  # checked by `shape_by_group`, in the trainer's order
         elif name == length_name:
             out[name] = lengths
         elif name == "correct" and typ == "bool":
@@ -134,7 +140,7 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
 
     Metadata the spec declares comes from a column of the same name, the group's first rollout's value.
     """
-    rewards = np.asarray(rewards, dtype=np.float64)
+    rewards = finite("rewards", numeric("rewards", rewards))  # errors name rows in the trainer's order
     n = len(rewards)
     columns = dict(columns or {})
     for name, values in columns.items():
@@ -143,7 +149,8 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     if len(keys) != n or len(lengths) != n:
         raise ValueError(f"{where}: {len(keys)} group keys and {len(lengths)} lengths for {n} rewards")
     order, offsets = group_order(keys)
-    channels = fill_inputs(shaper, columns, np.asarray(lengths, dtype=np.float64), unit, rewards, where)
+    channels = channel_arrays(fill_inputs(shaper, columns, lengths, unit, rewards, where),
+                              tuple(spec_inputs(shaper).items()), n)
     firsts = order[offsets[:-1]]
     metadata = {name: [columns[name][i] for i in firsts] for name in spec_metas(shaper) if name in columns}
     result = shaper(rewards[order], offsets=offsets, channels={k: v[order] for k, v in channels.items()},

@@ -102,7 +102,12 @@ def _rollouts(args, samples: list, raw: list[float]) -> list[tuple[int, list[int
     else contiguous `n_samples_per_prompt` blocks of a full batch, else one group; within a group,
     sibling samples share `rollout_id` (or `index`)."""
     n = len(samples)
-    if all(s.group_index is not None for s in samples):
+    given = [s.group_index is not None for s in samples]
+    if any(given) and not all(given):
+        raise ValueError(f"{WHERE}: sample {given.index(False)} has no group_index while sample {given.index(True)} "
+                         f"has one; give every sample its prompt group, or none (then groups are contiguous "
+                         f"n_samples_per_prompt blocks)")
+    if all(given):
         group_of = [int(s.group_index) for s in samples]
     elif n == args.n_samples_per_prompt * args.rollout_batch_size:
         group_of = [i // args.n_samples_per_prompt for i in range(n)]

@@ -14,6 +14,7 @@ into `n_samples_per_prompt` groups; this hook runs there. Each sample's prompt n
 from __future__ import annotations
 
 import itertools
+import numbers
 from typing import Any, Callable, Mapping
 
 from ._groups import require, resolve_shaper, shape_by_group
@@ -39,6 +40,7 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
             return
         per_prompt = args.rollout.n_samples_per_prompt
         index = list(itertools.chain.from_iterable(exp.index for exp in experiences))
+        _check_index(index, per_prompt)
         rewards = torch.cat([exp.rewards for exp in experiences]).double().cpu().numpy()
         lengths = torch.cat([exp.response_length for exp in experiences]).double().cpu().numpy()
         columns = _info_columns(experiences, torch)
@@ -56,6 +58,25 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
             start += size
 
     return apply_length_penalties
+
+
+def _check_index(index: list, per_prompt: Any) -> None:
+    """OpenRLHF puts sample `i` at row `i` of a (prompts, n_samples_per_prompt) table: the indices must
+    be 0..N-1, each once, and N a multiple of n_samples_per_prompt; otherwise its groups are not
+    `i // n_samples_per_prompt` (and its reshape fails after this hook has shaped the wrong groups)."""
+    if isinstance(per_prompt, bool) or not isinstance(per_prompt, numbers.Integral) or per_prompt < 1:
+        raise ValueError(f"{WHERE}: rollout.n_samples_per_prompt must be a positive integer, got {per_prompt!r}")
+    n = len(index)
+    if n % per_prompt:
+        raise ValueError(f"{WHERE}: the rollout batch has {n} samples, not a multiple of "
+                         f"rollout.n_samples_per_prompt={per_prompt}: its last prompt group is incomplete")
+    seen = [False] * n
+    for i in index:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral) or not 0 <= i < n or seen[i]:
+            what = "appears twice" if isinstance(i, numbers.Integral) and 0 <= i < n else f"is not in 0..{n - 1}"
+            raise ValueError(f"{WHERE}: sample index {i!r} {what}; the experiences' indices must number the "
+                             f"{n} samples 0..{n - 1}, each once, as OpenRLHF's grouping reads them")
+        seen[i] = True
 
 
 def _info_columns(experiences: list, torch) -> dict[str, list]:

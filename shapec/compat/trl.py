@@ -60,7 +60,9 @@ def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, p
                              f"num_generations={size}; pass the trainer's num_generations")
         keys = [i // size for i in range(total)]
         _check_groups(everything, size)
-        columns = {key: [row["columns"][key] for row in everything] for key in everything[0]["columns"]}
+        # a column every rank has (one rank may hold a list of another length under the same name)
+        names = set.intersection(*(set(row["columns"]) for row in everything)) if everything else set()
+        columns = {key: [row["columns"][key] for row in everything] for key in sorted(names)}
         base_all = np.array([row["base"] for row in everything], dtype=np.float64)
         shaped = shape_by_group(compiled, base_all, keys, lengths=[row["length"] for row in everything],
                                 unit=LENGTHS[length], columns=columns, params=params, where=WHERE)

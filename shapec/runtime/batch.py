@@ -106,6 +106,19 @@ def make_batch(
     metadata = _mapping("metadata", metadata)
     inputs_needed = inputs_needed or (ir.inputs if ir else ())
     metas_needed = metas_needed or (ir.metas if ir else ())
+    inputs = channel_arrays(channels, inputs_needed, n)
+    comps = None
+    if reward_components is not None:
+        comps = finite("reward_components", numeric("reward_components", reward_components, n), "components")
+    batch = Batch(r, off, inputs, components=comps)
+    for spec in metas_needed:
+        _load_meta(batch, spec, metadata.get(spec.name), G)
+    return batch
+
+
+def channel_arrays(channels: Mapping[str, Any], inputs_needed: tuple[tuple[str, str], ...], n: int
+                   ) -> dict[str, np.ndarray]:
+    """Each input a shaper reads, from `channels`: n values checked against its type (a bool as 0/1)."""
     inputs: dict[str, np.ndarray] = {}
     for name, typ in inputs_needed:
         if name not in channels:
@@ -118,13 +131,7 @@ def make_batch(
         if typ == "bool":
             arr = (arr != 0).astype(np.float64)
         inputs[name] = arr
-    comps = None
-    if reward_components is not None:
-        comps = finite("reward_components", numeric("reward_components", reward_components, n), "components")
-    batch = Batch(r, off, inputs, components=comps)
-    for spec in metas_needed:
-        _load_meta(batch, spec, metadata.get(spec.name), G)
-    return batch
+    return inputs
 
 
 def _rows(name: str, value: Any, G: int) -> list:

@@ -1,0 +1,103 @@
+"""Third red-team pass on the trainer adapters: groups that the trainer cannot mean are refused
+before anything is shaped, and errors name rows in the trainer's order, not the grouped one."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from shapec.compat import trl as trl_adapter
+from shapec.compat._groups import resolve_shaper, shape_by_group
+from shapec.compat.miles import post_process_rewards
+from shapec.compat.openrlhf import length_penalty_hook
+from shapec.runtime.batch import BatchError
+
+from .test_trainer_adapters_miles import Sample, _args
+
+
+@pytest.fixture(scope="module")
+def kimi():
+    return resolve_shaper("kimi", "kimi_length", backend="interpreter")
+
+
+KEYS = ["a", "b", "a", "b"]  # grouped order is rows 0, 2, 1, 3: trainer row 1 is grouped row 2
+
+
+@pytest.mark.parametrize("rewards, lengths, message", [
+    ([1, None, 1, 1], [1, 2, 3, 4], r"^rewards: index 1: expected a number, got None$"),
+    ([1, float("nan"), 1, 1], [1, 2, 3, 4], r"^rewards: NaN at index 1; expected a number$"),
+    ([1, 1, 1, 1], [1, -2, 3, 4], r"^channels\['length'\]: negative length at index 1; tokens must be >= 0$"),
+    ([1, 1, 1, 1], [1, "2", 3, 4], r"^channels\['length'\]: index 1: expected a number, got '2'$"),
+])
+def test_shape_by_group_names_the_row_in_the_trainers_order(kimi, rewards, lengths, message):
+    with pytest.raises(BatchError, match=message):
+        shape_by_group(kimi, rewards, KEYS, lengths=lengths)
+
+
+def test_an_unhashable_group_key_names_the_rollout(kimi):
+    with pytest.raises(ValueError, match=r"^group key of rollout 2 is \['a'\]; a group key is a hashable value"):
+        shape_by_group(kimi, [1, 1, 1, 1], ["a", "b", ["a"], "b"], lengths=[1, 2, 3, 4])
+
+
+# ------------------------------------------------------------------ OpenRLHF
+def _experience(index, rewards, lengths):
+    return types.SimpleNamespace(index=list(index), rewards=torch.tensor(rewards, dtype=torch.float32),
+                                 response_length=torch.tensor(lengths, dtype=torch.float32), info={})
+
+
+def _openrlhf_args(per_prompt=2):
+    return types.SimpleNamespace(reward=types.SimpleNamespace(overlong_buffer_len=None, stop_properly_penalty_coef=None),
+                                 rollout=types.SimpleNamespace(n_samples_per_prompt=per_prompt))
+
+
+@pytest.mark.parametrize("indices, per_prompt, message", [
+    ([[0, 1, 2]], 2, r"the rollout batch has 3 samples, not a multiple of rollout\.n_samples_per_prompt=2"),
+    ([[0, 0], [1, 2]], 2, r"sample index 0 appears twice; the experiences' indices must number the 4 samples 0\.\.3"),
+    ([[0, 1], [4, 5]], 2, r"sample index 4 is not in 0\.\.3"),
+    ([[0, 1], [2, None]], 2, r"sample index None is not in 0\.\.3"),
+    ([[0, 1]], 0, r"rollout\.n_samples_per_prompt must be a positive integer, got 0"),
+])
+def test_openrlhf_refuses_indices_its_grouping_cannot_read_and_shapes_nothing(indices, per_prompt, message):
+    experiences = [_experience(idx, [1.0] * len(idx), [10.0 * (k + 1) for k in range(len(idx))]) for idx in indices]
+    before = [e.rewards.tolist() for e in experiences]
+    with pytest.raises(ValueError, match=r"^shapec\.compat\.openrlhf: " + message):
+        length_penalty_hook("kimi", shaper="kimi_length", backend="interpreter")(experiences, _openrlhf_args(per_prompt))
+    assert [e.rewards.tolist() for e in experiences] == before
+
+
+def test_openrlhf_groups_indices_spread_over_experiences():
+    # prompt 0 is samples 0 and 1, held by different experiences
+    experiences = [_experience([0, 2], [1.0, 1.0], [10, 20]), _experience([1, 3], [1.0, 1.0], [30, 40])]
+    length_penalty_hook("kimi", shaper="kimi_length", backend="interpreter")(experiences, _openrlhf_args())
+    assert [e.rewards.tolist() for e in experiences] == [[1.5, 1.5], [0.5, 0.5]]
+
+
+# ------------------------------------------------------------------ miles hook
+def test_miles_refuses_a_batch_where_only_some_samples_have_a_group_index():
+    samples = [Sample(group_index=0, index=0, reward=1.0, response_length=4),
+               Sample(group_index=None, index=1, reward=1.0, response_length=8)]
+    with pytest.raises(ValueError, match=r"post_process_rewards: sample 1 has no group_index while sample 0 has one"):
+        post_process_rewards(_args(n_samples_per_prompt=2, rollout_batch_size=1), samples)
+
+
+# ------------------------------------------------------------------ TRL
+def test_trl_reads_only_columns_every_rank_has(monkeypatch):
+    """Rank 0 holds 2 completions with an extra per-row list; rank 1's 2 rows lack it (its list had
+    another length): the gathered batch is shaped from the columns all rows have."""
+    other = [{"base": 1.0, "length": n, "prompt": "q", "columns": {"correct": 1.0}} for n in (4, 8)]
+    calls = []
+
+    def gather_object(obj):
+        calls.append(obj)
+        return [2, 2] if len(calls) == 1 else obj + other
+
+    fake = {"accelerate.utils": types.SimpleNamespace(gather_object=gather_object),
+            "accelerate": types.SimpleNamespace(PartialState=lambda: types.SimpleNamespace(process_index=0))}
+    monkeypatch.setattr(trl_adapter, "require", lambda module, extra: fake[module])
+    f = trl_adapter.reward_func("miles", "correct", shaper="length_penalty", params={"coeff": 1.0},
+                                num_generations=2, backend="interpreter")
+    out = f(prompts=["p", "p"], completions=["x", "y"], completion_ids=[[0] * 2, [0] * 4], correct=[1.0, 1.0],
+            extra=[0, 1])
+    assert out == [1.0, 0.5]
