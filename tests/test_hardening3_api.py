@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import pickle
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import pytest
 
 import shapec
 from shapec import compile_file, compile_str
+from shapec.compat.short_rl import ShortRL
+from shapec.runtime.shaper import StateError
 
 from .helpers import src
 
@@ -132,3 +135,36 @@ def test_a_kernel_the_fast_lane_cannot_fill_never_gets_a_none_argument(tmp_path)
     out = subprocess.run([sys.executable, "-c", CRASH, LANE_SPEC], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
     assert out.stdout.split("\n")[:2] == ["lane False", "KeyError 'ghost'"]
+
+
+# ------------------------------------------------------------------ state checkpoints
+STATEFUL = src("""
+    shaper t() produces real {
+      state best: float = 0 update max(best, batch.mean(reward))
+      term bonus = best
+    }
+""")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_state_numbers_saved_as_0d_arrays_or_tensors_load_as_numbers(backend):
+    import torch
+
+    shaper = compile_str(STATEFUL, backend=backend).t
+    for value in (torch.tensor(0.5, requires_grad=True), np.array(0.5), torch.tensor(0.5, dtype=torch.bfloat16)):
+        shaper.load_state_dict({"t": {"best": value}})
+        assert shaper.state_dict() == {"t": {"best": 0.5}}
+        assert type(shaper.state_dict()["t"]["best"]) is float
+    for bad, shown in [(torch.tensor(True), "True"), (np.array([0.5]), r"array\(\[0\.5\]\)"),
+                       (torch.tensor(math.nan), "nan")]:
+        with pytest.raises(StateError, match=rf"^state t\.best: expected a finite number, got {shown}$"):
+            shaper.load_state_dict({"t": {"best": bad}})
+    assert shaper.state_dict() == {"t": {"best": 0.5}}
+
+
+def test_short_rl_loads_a_tensor_checkpoint():
+    import torch
+
+    shaper = ShortRL()
+    shaper.load_state_dict({"acc_max": torch.tensor(0.25)})
+    assert shaper.acc_max == 0.25

@@ -17,7 +17,7 @@ from .batch import Batch, make_batch
 from .fastlane import FastLane
 from .interp import Interpreter, StageOutput
 from .params import ParamError, mapping_of_params, param_arrays, params_model
-from .validate import BatchError, compiled_checks, is_finite_number, numeric, show
+from .validate import BatchError, as_array, compiled_checks, is_finite_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -28,7 +28,12 @@ class StateError(ValueError):
 
 
 def state_number(key: str, value: Any) -> float:
-    """A state value from a checkpoint: a finite real number (bool excluded)."""
+    """A state value from a checkpoint: a finite real number (bool excluded), also as a 0-d numpy
+    array or torch tensor (a checkpoint saved through torch holds its numbers so)."""
+    if not isinstance(value, float):
+        array = as_array(f"state {key}", value)
+        if isinstance(array, np.ndarray) and array.ndim == 0:
+            value = array.item()
     if not is_finite_number(value):
         raise StateError(f"state {key}: expected a finite number, got {show(value)}")
     return float(value)
