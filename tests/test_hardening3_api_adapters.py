@@ -101,3 +101,22 @@ def test_trl_reads_only_columns_every_rank_has(monkeypatch):
     out = f(prompts=["p", "p"], completions=["x", "y"], completion_ids=[[0] * 2, [0] * 4], correct=[1.0, 1.0],
             extra=[0, 1])
     assert out == [1.0, 0.5]
+
+
+META_SPEC = """shaper t() produces real {
+  meta level: float
+  term bonus = level ?? 0
+}
+"""
+
+
+def test_a_metadata_column_must_hold_one_value_per_group():
+    from shapec import compile_str
+
+    shaper = compile_str(META_SPEC, backend="interpreter").t
+    same = shape_by_group(shaper, [0, 0, 0, 0], KEYS, lengths=[1, 1, 1, 1],
+                          columns={"level": [1.0, float("nan"), 1.0, float("nan")]})
+    assert same.rewards.tolist() == [1.0, 0.0, 1.0, 0.0]  # NaN (missing) twice is one value
+    with pytest.raises(ValueError, match=r"^shapec: column 'level' is metadata, one value per prompt group, but "
+                                         r"group 1 holds 2\.0 \(rollout 1\) and 3\.0 \(rollout 3\)$"):
+        shape_by_group(shaper, [0, 0, 0, 0], KEYS, lengths=[1, 1, 1, 1], columns={"level": [1.0, 2.0, 1.0, 3.0]})

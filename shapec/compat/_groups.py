@@ -119,6 +119,32 @@ def fill_inputs(shaper: CompiledShaper, columns: Mapping[str, Sequence], lengths
     return out
 
 
+def group_values(column: Sequence, order: np.ndarray, offsets: np.ndarray, where: str) -> list:
+    """A per-rollout column as one value per group: a group whose rollouts disagree is an error
+    (a per-rollout value read as a prompt's metadata would silently become its first rollout's)."""
+    out = []
+    for g in range(len(offsets) - 1):
+        rows = order[offsets[g]:offsets[g + 1]].tolist()
+        first = column[rows[0]] if rows else None
+        for i in rows[1:]:
+            if not _same(column[i], first):
+                raise ValueError(f"{where} is metadata, one value per prompt group, but group {g} holds "
+                                 f"{show(first)} (rollout {rows[0]}) and {show(column[i])} (rollout {i})")
+        out.append(first)
+    return out
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal values (two NaNs too: both mean missing); values that cannot be compared are not."""
+    if a is b:
+        return True
+    try:
+        equal = a == b
+        return bool(np.all(equal)) if isinstance(equal, np.ndarray) else bool(equal) or (a != a and b != b)
+    except Exception:  # e.g. tensors of different shapes
+        return False
+
+
 @dataclass
 class Shaped:
     """Shaped rewards in the trainer's order, and the shaper's result in group order."""
@@ -138,7 +164,8 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
                    params: Mapping[str, Any] | None = None, where: str = "shapec") -> Shaped:
     """Shape whole groups: rollouts with equal keys form one group, wherever they sit in the batch.
 
-    Metadata the spec declares comes from a column of the same name, the group's first rollout's value.
+    Metadata the spec declares comes from a column of the same name, which must hold one value per
+    group (every rollout of a group the same).
     """
     rewards = finite("rewards", numeric("rewards", rewards))  # errors name rows in the trainer's order
     n = len(rewards)
@@ -151,8 +178,8 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     order, offsets = group_order(keys)
     channels = channel_arrays(fill_inputs(shaper, columns, lengths, unit, rewards, where),
                               tuple(spec_inputs(shaper).items()), n)
-    firsts = order[offsets[:-1]]
-    metadata = {name: [columns[name][i] for i in firsts] for name in spec_metas(shaper) if name in columns}
+    metadata = {name: group_values(columns[name], order, offsets, f"{where}: column {name!r}")
+                for name in spec_metas(shaper) if name in columns}
     result = shaper(rewards[order], offsets=offsets, channels={k: v[order] for k, v in channels.items()},
                     metadata=metadata, params=params, breakdown=False)  # trainers read rewards and metrics
     out = np.empty(n, dtype=np.float64)
