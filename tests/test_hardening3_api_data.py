@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from shapec import compile_str
-from shapec.compat.miles import group_advantages, loss_tokens, shape_rewards
+from shapec.compat.miles import group_advantages, keep_groups, loss_tokens, shape_rewards
 from shapec.compat.nemo_rl import apply_group_length_penalties, apply_time_efficiency_reward
 from shapec.runtime.batch import BatchError
 from shapec.runtime.params import ParamError
@@ -169,3 +169,9 @@ def test_miles_params_past_the_float_range_are_refused(kw, error, message):
 def test_normalize_std_must_be_a_bool_not_a_truthy_string():
     with pytest.raises(ParamError, match=r"^param 'normalize_std' of shaper 'grpo_advantage': expected a bool"):
         group_advantages([1.0, 0.0], group_size=2, normalize_std="false")
+
+
+@pytest.mark.parametrize("function", [group_advantages, keep_groups])
+def test_raw_rewards_are_named_as_passed(function):
+    with pytest.raises(BatchError, match=r"^raw_rewards: NaN at index 1; expected a number$"):
+        function([1.0, 0.0], [1.0, math.nan], group_size=2)

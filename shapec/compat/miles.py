@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..runtime.validate import as_array, flag, is_finite_number, numeric, show
+from ..runtime.validate import as_array, finite, flag, is_finite_number, numeric, show
 from ._stdlib import stdlib_shaper
 
 logger = logging.getLogger(__name__)
@@ -155,10 +155,15 @@ def group_advantages(
     To normalise per training sample, repeat each rollout's shaped reward for its retained samples.
     """
     out = stdlib_shaper("miles", "grpo_advantage")(
-        rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards,
+        rewards, group_size=group_size, offsets=offsets, env_rewards=_raw(raw_rewards),
         params={"normalize_std": normalize_std}, breakdown=False,
     )
     return out.rewards
+
+
+def _raw(raw_rewards: Sequence[float] | None) -> np.ndarray | None:
+    """`raw_rewards` checked under its own name (the shaper would call it env_rewards)."""
+    return None if raw_rewards is None else finite("raw_rewards", numeric("raw_rewards", raw_rewards))
 
 
 def keep_groups(
@@ -175,7 +180,7 @@ def keep_groups(
     groups have no std and are dropped).
     """
     shaper = stdlib_shaper("miles", "grpo_advantage")
-    out = shaper(rewards, group_size=group_size, offsets=offsets, env_rewards=raw_rewards, breakdown=False)
+    out = shaper(rewards, group_size=group_size, offsets=offsets, env_rewards=_raw(raw_rewards), breakdown=False)
     rules = next(step.rules for step in shaper.ir.steps if step.name == "keep")
     keeping = {reason for verdict, reason, _ in rules if verdict == "open"}
     return np.array([reason in keeping for reason in out.gates["keep"]], dtype=bool)
