@@ -120,3 +120,24 @@ def test_a_metadata_column_must_hold_one_value_per_group():
     with pytest.raises(ValueError, match=r"^shapec: column 'level' is metadata, one value per prompt group, but "
                                          r"group 1 holds 2\.0 \(rollout 1\) and 3\.0 \(rollout 3\)$"):
         shape_by_group(shaper, [0, 0, 0, 0], KEYS, lengths=[1, 1, 1, 1], columns={"level": [1.0, 2.0, 1.0, 3.0]})
+
+
+def _pair(second_reward, **first):
+    return [Sample(**{"group_index": 0, "index": 0, "reward": 1.0, "response_length": 4, **first}),
+            Sample(group_index=first.get("group_index", 0), index=1, reward=second_reward, response_length=8)]
+
+
+@pytest.mark.parametrize("reward, shown", [(None, "None"), ("x", "'x'"), (float("nan"), "nan"),
+                                           (torch.tensor([1.0, 0.0]), r"array\(\[1\., 0\.\], dtype=float32\)")])
+def test_miles_names_a_sample_whose_reward_is_not_one_finite_number(reward, shown):
+    with pytest.raises(ValueError, match=rf"post_process_rewards: sample 1's reward is {shown}; expected a finite number"):
+        post_process_rewards(_args(n_samples_per_prompt=2, rollout_batch_size=1), _pair(reward))
+
+
+def test_miles_takes_any_hashable_group_index_and_scalar_rewards():
+    raw, out = post_process_rewards(_args(n_samples_per_prompt=2, rollout_batch_size=1),
+                                    _pair(torch.tensor(0.0), group_index="prompt-a"))
+    assert raw == [1.0, 0.0] and out == pytest.approx([0.7071057811879616, -0.7071057811879616])
+    with pytest.raises(ValueError, match=r"post_process_rewards: sample 0: group_index \['a'\] and rollout id 0 "
+                                         r"must be hashable ids"):
+        post_process_rewards(_args(n_samples_per_prompt=2, rollout_batch_size=1), _pair(0.0, group_index=["a"]))

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from ..runtime.validate import as_array, is_finite_number, show
 from ._groups import resolve_shaper, shape_by_group
 
 logger = logging.getLogger(__name__)
@@ -67,7 +68,7 @@ def post_process_rewards(args, samples: list) -> tuple[list[float], list[float]]
     shaper = _shaper(str(spec), _setting(args, "shaper"))
     if any(isinstance(s, (list, tuple)) for s in samples):
         raise TypeError(f"{WHERE}: expected a flat list of samples")
-    raw = [float(s.get_reward_value(args)) for s in samples]
+    raw = [_reward(args, s, i) for i, s in enumerate(samples)]
     rollouts = _rollouts(args, samples, raw)
     groups = [g for g, _ in rollouts]
     members = [rows for _, rows in rollouts]
@@ -92,6 +93,16 @@ def post_process_rewards(args, samples: list) -> tuple[list[float], list[float]]
     return raw, out
 
 
+def _reward(args, sample, i: int) -> float:
+    """The sample's reward value: one finite number (a numpy or torch scalar too), else an error naming it."""
+    value = as_array(f"{WHERE}: sample {i}'s reward", sample.get_reward_value(args))
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if not is_finite_number(value):
+        raise ValueError(f"{WHERE}: sample {i}'s reward is {show(value)}; expected a finite number")
+    return float(value)
+
+
 def _mask(sample) -> list[int]:
     """The final loss mask; miles initialises a missing one to all ones."""
     return sample.loss_mask if sample.loss_mask is not None else [1] * sample.response_length
@@ -108,7 +119,7 @@ def _rollouts(args, samples: list, raw: list[float]) -> list[tuple[int, list[int
                          f"has one; give every sample its prompt group, or none (then groups are contiguous "
                          f"n_samples_per_prompt blocks)")
     if all(given):
-        group_of = [int(s.group_index) for s in samples]
+        group_of = [s.group_index for s in samples]  # any hashable id, as miles' group_by takes it
     elif n == args.n_samples_per_prompt * args.rollout_batch_size:
         group_of = [i // args.n_samples_per_prompt for i in range(n)]
     else:
@@ -116,7 +127,11 @@ def _rollouts(args, samples: list, raw: list[float]) -> list[tuple[int, list[int
     rollouts: dict[tuple, list[int]] = {}
     for i, s in enumerate(samples):
         rid = s.rollout_id if s.rollout_id is not None else s.index if s.index is not None else ("row", i)
-        rollouts.setdefault((group_of[i], rid), []).append(i)
+        try:
+            rollouts.setdefault((group_of[i], rid), []).append(i)
+        except TypeError:
+            raise ValueError(f"{WHERE}: sample {i}: group_index {show(group_of[i])} and rollout id {show(rid)} "
+                             f"must be hashable ids") from None
     for (_, rid), rows in rollouts.items():
         if any(raw[i] != raw[rows[0]] for i in rows):
             raise ValueError(f"{WHERE}: the samples of rollout {rid!r} (rows {rows}) must share one reward, "
