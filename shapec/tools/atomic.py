@@ -9,7 +9,8 @@ was plus, at worst, a leftover temporary file that its name marks as never being
 
 A destination that is a symlink is written through: the link stays and its target (created if the
 link dangles) gets the content and keeps its mode. A file the user may not write is refused, not
-renamed over (renaming needs only the folder's permission).
+renamed over (renaming needs only the folder's permission); "may not write" is read from the mode
+bits, since root passes every `os.access` check and would replace a file marked read-only.
 """
 
 from __future__ import annotations
@@ -52,6 +53,29 @@ def real_destination(path: Path) -> Path:
     return Path(os.path.realpath(path))
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """Whether writing `a` writes `b`: one file under two names (a hard link, a symlink, `./x` and
+    `x`, /proc/self/fd/N), or one name that does not exist yet (a dangling link to it included)."""
+    try:
+        if os.path.samefile(a, b):
+            return True
+    except (OSError, ValueError):  # either is missing, or a name the file system refuses
+        pass
+    try:
+        return real_destination(a) == real_destination(b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_overwriting(outputs: list[tuple[Path, str]], reads: list[tuple[Path, str]]) -> None:
+    """No output may be a file the command reads, nor another of its outputs, under any name:
+    writing it would destroy what is being read, or one output would replace the other."""
+    for i, (path, what) in enumerate(outputs):
+        for other, name in [*reads, *outputs[:i]]:
+            if same_file(path, other):
+                raise OutputError(path, f"{what} is {name} ({other})")
+
+
 def check_destination(path: Path, follow_links: bool = True) -> None:
     """Refuse, before any work, a destination that cannot be a regular file in an existing folder."""
     kind = path_kind(path)
@@ -62,7 +86,7 @@ def check_destination(path: Path, follow_links: bool = True) -> None:
     if kind not in ("file", "missing"):
         raise OutputError(path, kind)
     real = real_destination(path)
-    if kind == "file" and not os.access(real, os.W_OK):
+    if kind == "file" and not _writable(real):
         raise OutputError(path, "Permission denied (the file is read-only)")
     parent = real.parent if follow_links and os.path.islink(path) else path.parent
     kind = path_kind(parent)
@@ -70,6 +94,18 @@ def check_destination(path: Path, follow_links: bool = True) -> None:
         raise OutputError(path, f"folder {parent} does not exist")
     if kind != "dir":
         raise OutputError(path, f"{parent} is not a folder" if kind in ("file", "other") else kind)
+
+
+def _writable(path: Path) -> bool:
+    """Whether the user may write this existing file: `os.access`, and for root (whom `os.access`
+    always lets write) the mode bits too: a file without the write bit its owner would need
+    (`chmod a-w`, or `u-w` on root's own file) is read-only for everyone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # gone since it was looked at: nothing to protect, the rename makes it anew
+    needed = stat.S_IWUSR if st.st_uid == os.geteuid() else stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+    return bool(st.st_mode & needed) and os.access(path, os.W_OK)
 
 
 def _mode_for(path: Path) -> int:
