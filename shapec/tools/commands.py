@@ -159,6 +159,15 @@ def _need_file(path: str | None, what: str) -> Path | None:
     return p
 
 
+def _reads(args, data: Path | None) -> list[tuple[Path, str]]:
+    """The files a command reads, which no output of it may be under any name."""
+    from .spec import spec_path
+
+    files = [(spec_path(args.spec), "the spec file")]
+    files += [(Path(args.config), "the config file")] if args.config else []
+    return files + ([(data, "the input file")] if data else [])
+
+
 def _setup(args):
     """Module, shaper and param plan from the common arguments."""
     from .config import build_plan, module_keys
@@ -226,7 +235,7 @@ def cmd_run(args) -> int:
                 from .ray_engine import shape_chunks as engine
             report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
                               args.on_bad_row, progress=not args.no_progress, engine=engine,
-                              breakdown=args.breakdown)
+                              breakdown=args.breakdown, reads=tuple(_reads(args, None)))
     except OutputError as err:
         print(f"shapec run: {err}", file=sys.stderr)
         return 2
@@ -250,12 +259,13 @@ def cmd_explain(args) -> int:
 
 def cmd_plot(args) -> int:
     """An image that cannot be written is `shapec plot: cannot write OUT: REASON`, exit status 2, as in run."""
-    from .atomic import OutputError
+    from .atomic import OutputError, refuse_overwriting
     from .plot import plot
 
     data = _need_file(args.data, "--data")
     args.backend = args.backend or SMALL_INPUTS_BACKEND
     try:
+        refuse_overwriting([(Path(args.out), "--out")], _reads(args, data))
         _, shaper, plan = _setup(args)
         layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
         plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,

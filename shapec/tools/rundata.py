@@ -12,7 +12,6 @@ Output and rejects are written to temporary files and renamed into place at the 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ import numpy as np
 
 from ..runtime.batch import BatchError
 from ..runtime.params import ParamError
-from .atomic import OutputError, check_destination
+from .atomic import check_destination, refuse_overwriting
 from .grouping import Chunk, Grouping, iter_chunks  # noqa: F401  (explain and plot read them from here)
 from .layouts import FlatLayout, NemoGymLayout  # noqa: F401  (the CLI reads them from here)
 from .readers import DataError, input_format, open_blocks, scan_schema
@@ -217,31 +216,21 @@ def skip_counts(result) -> dict[str, int]:
     return counts
 
 
-def refuse_overwriting_input(data: Path, out: Path, rejects: Path) -> None:
-    """Neither the output nor the rejects file may be the input under any name (hard link, symlink,
-    `./x` vs `x`): writing either would destroy the rows being read."""
-    for path, what in ((out, "--out"), (rejects, "the rejects file")):
-        try:
-            same = path.exists() and os.path.samefile(path, data)
-        except OSError:
-            same = False
-        if same or path.resolve() == data.resolve():
-            raise OutputError(path, f"{what} is the input file ({data})")
-
-
 def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, chunk_rows: int,
-             on_bad_row: str, progress: bool = True, engine=None, breakdown: bool = True) -> RunReport:
+             on_bad_row: str, progress: bool = True, engine=None, breakdown: bool = True,
+             reads: tuple[tuple[Path, str], ...] = ()) -> RunReport:
     """Shape every group of `data` into `out`; reject bad groups into `<out stem>.rejects.jsonl`.
 
     `engine(shaper, plan, layout, chunks, on_bad_row, breakdown)` yields (chunk, outcome) in order in place of
-    the local loop (ray_engine.shape_chunks).
+    the local loop (ray_engine.shape_chunks). `reads`: other files the run reads, (path, what they
+    are), which neither output may be either.
 
     Both files appear only when the whole input has been shaped; on any error or interruption the
     temporary files are removed and whatever `out` and the rejects file held before stays.
     """
     input_format(out)
     rejected_to = rejects_path(out)
-    refuse_overwriting_input(data, out, rejected_to)
+    refuse_overwriting([(out, "--out"), (rejected_to, "the rejects file")], [(data, "the input file"), *reads])
     check_destination(out)
     check_destination(rejected_to)
     blocks, bar = open_blocks(data, layout, chunk_rows, progress)
