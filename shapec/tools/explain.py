@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .readers import MISSING
 from .rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
 from .spec import stage_irs
 from .trace import Value, gate_operands, trace
@@ -88,15 +89,16 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
 
     `traced` is (per-stage values, the group's metadata) from `trace_chunk`, or None.
     """
+    from rich.markup import escape
     from rich.padding import Padding
     from rich.table import Table
 
     start, end = int(chunk.offsets[g]), int(chunk.offsets[g + 1])
     first_row = chunk.base + start + 1
-    console.print(f"[bold]group {label}[/bold]  rows {first_row}-{chunk.base + end}, {end - start} rollouts")
+    console.print(f"[bold]group {escape(label)}[/bold]  rows {first_row}-{chunk.base + end}, {end - start} rollouts")
     rejected = [reason for i, reason in outcome.rejected if start <= i < end]
     if rejected:
-        console.print(f"  [red]rejected[/red]: {rejected[0]}")
+        console.print(f"  [red]rejected[/red]: {escape(rejected[0])}")
         console.print()
         return
     result = outcome.result
@@ -207,7 +209,7 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
             keys = chunk.block.keys(grouping.key) if grouping.key else None
             traced = None
             for g in range(chunk.groups):
-                label = str(len(labels)) if keys is None else str(keys[int(chunk.offsets[g])])
+                label = str(len(labels)) if keys is None else group_label(keys[int(chunk.offsets[g])])
                 labels.append(label)
                 if wanted and label not in wanted:
                     continue
@@ -229,6 +231,20 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
                 else f"its groups: {_some(labels)}")
         print(f"shapec: error: no group {w!r} in {data}; {hint}", file=sys.stderr)
     return 1 if missing else 0
+
+
+def group_label(key) -> str:
+    """A group's key as its header shows it and --group names it: a printable string as it is,
+    anything else as JSON (`true`, `1.0`, `"a\\nb"`), so a key can neither break a line nor pass
+    for a key of another type; a first row without a key is `(no key)`."""
+    if key is MISSING:
+        return "(no key)"
+    if isinstance(key, str) and key.isprintable():
+        return key
+    try:
+        return json.dumps(key, default=str)
+    except (ValueError, RecursionError):
+        return repr(key)
 
 
 def _some(labels: list[str], n: int = 5) -> str:

@@ -1,0 +1,181 @@
+"""Third red-team pass over the CLI's files: a read-only file is refused even for root, no output is
+a file the command reads or its other output under any name, a spec that is not UTF-8 is E102 in
+check and fmt as in compile, and explain prints a group key as data, never as markup or a line break."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from shapec.cli import main
+
+from .test_run_safety import SPEC, leftovers, rows_of, run, write_jsonl
+
+
+@pytest.fixture
+def spec(tmp_path):
+    path = tmp_path / "longest.shape"
+    path.write_text(SPEC)
+    return path
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+UNFORMATTED = "shaper q() produces real {\n  input length: tokens   # x\n     term t = -1\n}\n"
+
+
+# ------------------------------------------------------------------ read-only files, as root too
+@pytest.mark.parametrize("mode", [0o444, 0o044, 0o400])
+def test_a_read_only_output_is_refused_whoever_runs(tmp_path, spec, mode):
+    """os.access lets root write anything, so the old check renamed over a chmod a-w file as root."""
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(2))
+    out = tmp_path / "out.jsonl"
+    out.write_text("old\n")
+    os.chmod(out, mode)
+    rc, stdout, err = run(spec, "--data", data, "--out", out)
+    assert (rc, stdout) == (2, "")
+    assert err == f"shapec run: cannot write {out}: Permission denied (the file is read-only)\n"
+    assert out.read_text() == "old\n" and stat.S_IMODE(out.stat().st_mode) == mode
+    assert leftovers(tmp_path) == []
+
+
+def test_a_read_only_rejects_file_is_refused_before_any_work(tmp_path, spec):
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(2))
+    rejects = tmp_path / "out.rejects.jsonl"
+    rejects.write_text("old\n")
+    os.chmod(rejects, 0o444)
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "out.jsonl")
+    assert rc == 2 and err == f"shapec run: cannot write {rejects}: Permission denied (the file is read-only)\n"
+    assert rejects.read_text() == "old\n" and not (tmp_path / "out.jsonl").exists()
+
+
+def test_fmt_refuses_a_read_only_file_whoever_runs(tmp_path, capsys):
+    target = tmp_path / "t.shape"
+    target.write_text(UNFORMATTED)
+    os.chmod(target, 0o444)
+    rc, _, err = cli(capsys, "fmt", target)
+    assert rc == 2 and err == f"shapec fmt: cannot write {target}: Permission denied (the file is read-only)\n"
+    assert target.read_text() == UNFORMATTED and stat.S_IMODE(target.stat().st_mode) == 0o444
+
+
+def test_a_writable_file_is_still_rewritten_with_its_mode(tmp_path, capsys):
+    target = tmp_path / "t.shape"
+    target.write_text(UNFORMATTED)
+    os.chmod(target, 0o604)
+    rc, _, err = cli(capsys, "fmt", target)
+    assert rc == 0, err
+    assert "     term" not in target.read_text() and stat.S_IMODE(target.stat().st_mode) == 0o604
+
+
+# ------------------------------------------------------------------ no output is an input or the other output
+@pytest.mark.parametrize("link_from", ["out", "rejects"])
+def test_the_output_and_the_rejects_file_are_never_one_file(tmp_path, spec, link_from):
+    """`out.jsonl -> out.rejects.jsonl` made both writers rename over one file: the rejects were lost."""
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(2) + ['{"prompt_id": "p9", "reward": "?", "length": 1}'])
+    out, rejects = tmp_path / "out.jsonl", tmp_path / "out.rejects.jsonl"
+    if link_from == "out":
+        out.symlink_to(rejects.name)
+        rejects.write_text("old\n")
+        message = f"cannot write {rejects}: the rejects file is --out ({out})"
+    else:
+        rejects.symlink_to(out.name)
+        out.write_text("old\n")
+        message = f"cannot write {rejects}: the rejects file is --out ({out})"
+    rc, stdout, err = run(spec, "--data", data, "--out", out, "--on-bad-row", "skip")
+    assert (rc, stdout, err) == (2, "", f"shapec run: {message}\n")
+    real = rejects if link_from == "out" else out
+    assert real.read_text() == "old\n" and leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("what", ["spec", "config"])
+@pytest.mark.parametrize("alias", ["same", "hardlink", "symlink"])
+def test_run_never_writes_over_its_spec_or_config(tmp_path, what, alias):
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(2))
+    source = tmp_path / ("spec.jsonl" if what == "spec" else "config.jsonl")
+    source.write_text(SPEC if what == "spec" else "longest:\n  p: 0.5\n")
+    before = source.read_bytes()
+    out = source if alias == "same" else tmp_path / "out.jsonl"
+    if alias == "hardlink":
+        os.link(source, out)
+    elif alias == "symlink":
+        out.symlink_to(source)
+    if what == "spec":
+        rc, stdout, err = run(source, "--data", data, "--out", out)
+    else:
+        (tmp_path / "s.shape").write_text(SPEC)
+        rc, stdout, err = run(tmp_path / "s.shape", "--data", data, "--out", out, "--config", source)
+    assert (rc, stdout) == (2, "")
+    assert err == f"shapec run: cannot write {out}: --out is the {what} file ({source})\n"
+    assert source.read_bytes() == before
+
+
+def test_plot_never_writes_over_its_data(tmp_path, spec, capsys):
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(2))
+    before = data.read_bytes()
+    out = tmp_path / "curve.png"
+    out.symlink_to(data.name)
+    rc, stdout, err = cli(capsys, "plot", spec, "--data", data, "--out", out, "--backend", "interpreter")
+    assert (rc, stdout) == (2, "")
+    assert err == f"shapec plot: cannot write {out}: --out is the input file ({data})\n"
+    assert data.read_bytes() == before
+
+
+# ------------------------------------------------------------------ a spec that is not UTF-8
+@pytest.mark.parametrize("command", [["check"], ["fmt"], ["fmt", "--check"], ["compile"]])
+def test_a_spec_that_is_not_utf8_is_e102_at_its_byte_in_every_command(tmp_path, capsys, command):
+    """check and fmt said `cannot read (...codec can't decode...)`, exit 2, where compile says E102."""
+    bad = tmp_path / "bad.shape"
+    raw = b"shaper x() produces real {\n  input length: tokens\n  term t = 0\xff\n}\n"
+    bad.write_bytes(raw)
+    rc, stdout, err = cli(capsys, *command, bad)
+    assert rc == 1 and "Traceback" not in err
+    assert err.startswith(f"{bad}:3:13: error[E102]: byte 0xff is not UTF-8 text; a .shape spec is UTF-8 "
+                          "(save it as UTF-8)\n"), err
+    assert err.splitlines()[2] == " " * 12 + "^"
+    assert bad.read_bytes() == raw
+
+
+def test_check_reports_a_non_utf8_spec_and_checks_the_others(tmp_path, capsys):
+    (tmp_path / "a.shape").write_bytes(b"\xfe")
+    (tmp_path / "b.shape").write_text("shaper b() produces real {\n  input length: tokens\n  term t = nope\n}\n")
+    rc, _, err = cli(capsys, "check", tmp_path)
+    assert rc == 1
+    assert [line.split(": ")[1] for line in err.splitlines() if ": error[" in line] == ["error[E102]", "error[E201]"]
+
+
+# ------------------------------------------------------------------ explain prints keys as data
+@pytest.mark.parametrize("key, label", [
+    ("[/bold]", "[/bold]"),
+    ("[red]x[/red]", "[red]x[/red]"),
+    ("a\u001b[31mred", '"a\\u001b[31mred"'),
+    ("\r\nfake line", '"\\r\\nfake line"'),
+])
+def test_explain_shows_a_key_as_text_never_as_markup_or_a_line_break(tmp_path, spec, capsys, key, label):
+    """rich read `[/bold]` as markup (a MarkupError traceback) and printed escape codes as they came."""
+    rows = [{"prompt_id": key, "reward": r, "length": 3} for r in (1, 0)]
+    data = write_jsonl(tmp_path / "in.jsonl", rows + ['{"prompt_id": "z", "reward": "[/red]", "length": 3}'])
+    rc, stdout, err = cli(capsys, "explain", spec, "--data", data, "--width", "100")
+    assert (rc, err) == (0, "")
+    assert f"group {label}  rows 1-2, 2 rollouts\n" in stdout
+    assert 'rejected: row 3: reward: expected a number, got "[/red]"\n' in stdout
+    assert "\x1b" not in stdout and "\r" not in stdout
+    rc, stdout, err = cli(capsys, "explain", spec, "--data", data, "--group", label, "--width", "100")
+    assert rc == 0 and f"group {label}  rows 1-2" in stdout and "group z" not in stdout
+
+
+def test_explain_names_keys_of_other_types_as_json(tmp_path, spec, capsys):
+    rows = [{"prompt_id": k, "reward": r, "length": 3} for k in (True, 1.0, "x") for r in (1, 0)]
+    data = write_jsonl(tmp_path / "in.jsonl", rows)
+    rc, stdout, _ = cli(capsys, "explain", spec, "--data", data, "--width", "100")
+    assert rc == 0
+    assert [line.split("  rows")[0] for line in stdout.splitlines() if line.startswith("group ")] == \
+        ["group true", "group 1.0", "group x"]
+    rc, stdout, _ = cli(capsys, "explain", spec, "--data", data, "--group", "true", "--width", "100")
+    assert rc == 0 and json.dumps("group true")[1:-1] in stdout and "group 1.0" not in stdout
