@@ -194,8 +194,9 @@ def test_shaping_an_output_again_is_refused(tmp_path, spec):
 
 # ------------------------------------------------------------------------- group keys and agent names
 def test_a_true_key_is_not_the_group_of_1(tmp_path):
-    """JSON's true is not 1 (Python's True == 1 == 1.0 merged the two runs into one group)."""
-    rows = [row(k, 1, n) for k, n in ((1, 100), (True, 300), (0, 100), (False, 300), (1.0, 100), (True, 300))]
+    """JSON's true is not 1 (Python's True == 1 == 1.0 merged the two runs into one group); nor is
+    1.0 or "1" (a key that comes back after other groups is an error, test_hardening3_cli_groups)."""
+    rows = [row(k, 1, n) for k, n in ((1, 100), (True, 300), (0, 100), (False, 300), (1.0, 100), ("1", 300))]
     data = write_jsonl(tmp_path / "d.jsonl", rows)
     spec = tmp_path / "g.shape"
     spec.write_text("shaper g() requires binary produces real {\n  input length: tokens\n"

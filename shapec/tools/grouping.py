@@ -1,9 +1,10 @@
 """Prompt groups, and chunks that hold whole groups only.
 
-Groups are contiguous runs of one group key (a key that comes back later starts a new group), or
-`size` contiguous rows. A row whose key is missing, null or NaN, or a line that is not a row at
-all, cannot be placed: it stays in the run it is in, is a bad row, and the shaping rejects every
-group it may belong to (the one it sits in, and the next one when it sits at the boundary).
+Groups are contiguous runs of one group key (a key that comes back after other groups is an
+error: the group's rows are not adjacent), or `size` contiguous rows. A row whose key is not
+usable (valid_key: missing, null, empty, NaN or infinite), or a line that is not a row at all,
+cannot be placed: it stays in the run it is in, is a bad row, and the shaping rejects every group
+it may belong to (the one it sits in, and the next one when it sits at the boundary).
 
 Memory is bounded by the chunk size: a chunk is `chunk_rows` rows plus the rest of the group
 crossing that boundary, and a group longer than `chunk_rows` is an error rather than a reason to
@@ -14,6 +15,8 @@ previous chunk, under 2 * chunk_rows, plus one block of at most chunk_rows).
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -24,14 +27,41 @@ from .readers import MISSING, ArrowBlock, BadLine, RowError, RowsBlock, got
 from .spec import ToolError
 
 
+MAX_KEY_DEPTH = 32  # a key of lists and objects nested deeper names no prompt; it is a bad row
+
+
 def valid_key(k: Any) -> bool:
-    return k is not MISSING and k is not None and not (isinstance(k, float) and math.isnan(k))
+    """Whether k can name a group: not missing, null, empty ("", [], {}), NaN or infinite (1e999 and
+    2e999 both read as inf, so an infinite key cannot tell two groups apart), nor a list or object
+    holding NaN or an infinity, or nested past MAX_KEY_DEPTH."""
+    if k is MISSING or k is None or (isinstance(k, (str, bytes, list, dict)) and not k):
+        return False
+    stack = [(k, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            return False
+        if isinstance(v, (list, dict)):
+            if depth >= MAX_KEY_DEPTH:
+                return False
+            stack.extend((x, depth + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return True
+
+
+def key_identity(k: Any) -> tuple:
+    """A usable key as a hashable value that tells its JSON type: `1`, `1.0`, `"1"` and `true` are
+    four keys (Python's `1 == 1.0 == True` would merge their groups), at any depth of a list or object."""
+    if isinstance(k, (list, dict, tuple)):
+        return ("json", json.dumps(k, sort_keys=True, default=repr))
+    return (type(k), k + 0.0 if isinstance(k, float) else k)  # + 0.0: -0.0 is the key 0.0
 
 
 def same_key(a: Any, b: Any) -> bool:
-    """Equal keys of one kind: JSON's `true` is not `1` (Python's `True == 1` would merge the groups)."""
-    if isinstance(a, bool) is not isinstance(b, bool):
+    """Equal keys of one kind (see key_identity)."""
+    if type(a) is not type(b):
         return False
+    if isinstance(a, (list, dict, tuple)):
+        return key_identity(a) == key_identity(b)
     try:
         return bool(a == b)
     except (TypeError, ValueError):
@@ -66,9 +96,11 @@ def key_runs(block, path: str) -> tuple[np.ndarray, np.ndarray]:
         arr = arr.dictionary_decode()
     if not _comparable(arr.type):
         return _python_runs(block.keys(path))
-    usable = arr.is_valid()
+    usable = arr.is_valid()  # and_kleene: a null is not usable (not null); see valid_key for the rest
     if pa.types.is_floating(arr.type):
-        usable = pc.and_kleene(usable, pc.invert(pc.is_nan(arr)))  # a null is not usable (not null)
+        usable = pc.and_kleene(usable, pc.is_finite(arr))
+    elif not (pa.types.is_integer(arr.type) or pa.types.is_boolean(arr.type)):
+        usable = pc.and_kleene(usable, pc.greater(pc.binary_length(arr), 0))
     if usable.false_count:
         idx = np.flatnonzero(usable.to_numpy(zero_copy_only=False))
         keys = arr.take(pa.array(idx, pa.int64()))
@@ -201,6 +233,33 @@ class _SizeCheck:
                          f"spans two groups of {where}{fix}")
 
 
+class _SeenKeys:
+    """With a group key, a key that comes back after other groups is an error: the group's rows are
+    not adjacent, and shaping its runs apart would give both runs rewards that no group has. Each
+    key is remembered as a 16-byte digest with its first row, so memory grows by about 100 bytes
+    per group, however long the keys."""
+
+    def __init__(self, grouping: Grouping):
+        self.grouping = grouping
+        self.first: dict[bytes, int] = {}  # digest of key_identity -> 1-based row where its group began
+
+    def check(self, chunk: Chunk) -> None:
+        key = self.grouping.key
+        idx, change = key_runs(chunk.block, key)
+        if not len(idx):
+            return
+        starts = np.concatenate([idx[:1], idx[1:][change]])
+        for row, k in zip(starts.tolist(), chunk.block.keys_at(key, starts)):
+            digest = hashlib.blake2b(repr(key_identity(k)).encode("utf-8", "backslashreplace"),
+                                     digest_size=16).digest()
+            number = chunk.base + row + 1
+            earlier = self.first.setdefault(digest, number)
+            if earlier != number:
+                raise ToolError(f"rows {earlier} and {number}: {key} {got(k)} comes back after other groups; "
+                                "a group's rows must be adjacent (sort the rows by "
+                                f"{key}, or group by position with --group-size N)")
+
+
 def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterator[Chunk]:
     """Re-cut blocks into chunks that hold whole groups only: each chunk ends at the first group
     start at or past chunk_rows rows (or at the end of the input), so a chunk is chunk_rows rows
@@ -210,6 +269,7 @@ def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterat
     pending = None
     base = 0
     size_check = _SizeCheck(grouping) if grouping.size is not None and grouping.check_key else None
+    seen = _SeenKeys(grouping) if grouping.key is not None else None
 
     def make(block, starts, unknown, cut: int) -> Chunk:
         chunk = Chunk(block.slice(0, cut) if cut < len(block) else block, base,
@@ -218,6 +278,8 @@ def iter_chunks(blocks: Iterator, grouping: Grouping, chunk_rows: int) -> Iterat
             chunk.key_errors = _key_errors(chunk.block, grouping, chunk.unknown, base)
         if size_check is not None:
             size_check.check(chunk)
+        if seen is not None:
+            seen.check(chunk)
         return chunk
 
     key_checked = False
