@@ -474,19 +474,3 @@ def widen(schema, other):
             continue
         schema = schema.set(i, both.field(0))
     return schema
-
-
-def scan_schema(data: Path):
-    """The Arrow schema of all rows of an input: a Parquet file's own, or widened over every row of
-    a JSONL file (one extra streaming pass; values that fit no schema are left to the validation
-    to reject, or to the writer to refuse)."""
-    import pyarrow.parquet as pq
-
-    if input_format(data) == "parquet":
-        return pq.ParquetFile(data).schema_arrow
-    schema = None
-    for block in jsonl_blocks(data, 65536, Progress(0, "", False)):
-        found = rows_schema([r for r in block.rows if isinstance(r, dict)])
-        if found is not None:
-            schema = found if schema is None else widen(schema, found)
-    return schema

@@ -23,7 +23,7 @@ from ..runtime.params import ParamError
 from .atomic import check_destination, refuse_overwriting
 from .grouping import Chunk, Grouping, iter_chunks  # noqa: F401  (explain and plot read them from here)
 from .layouts import FlatLayout, NemoGymLayout  # noqa: F401  (the CLI reads them from here)
-from .readers import DataError, input_format, open_blocks, scan_schema
+from .readers import DataError, input_format, open_blocks
 from .spec import ToolError, stage_irs
 from .writers import RejectsWriter, Writer, rejects_path
 
@@ -234,13 +234,11 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
     check_destination(out)
     check_destination(rejected_to)
     blocks, bar = open_blocks(data, layout, chunk_rows, progress)
-    from_rows = input_format(data) == "jsonl" or layout.name != "flat"
     writer = rejects = None
     totals = MetricTotals(shaper)
     report = RunReport(out=out)
     try:
-        schema = scan_schema(data) if input_format(out) == "parquet" and from_rows else None
-        writer = Writer(out, layout.name, schema)
+        writer = Writer(out, layout.name, data)
         rejects = RejectsWriter(rejected_to)
         writer.start()
         rejects.start()

@@ -7,6 +7,7 @@ or left half-written by a bad row, a full disk, Ctrl-C or kill -9.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -33,22 +34,28 @@ def output_columns(result) -> dict[str, np.ndarray]:
 class Writer:
     """Writes shaped rows to .jsonl or .parquet (by extension), one chunk at a time."""
 
-    def __init__(self, path: Path, layout_name: str, input_schema=None):
-        """`input_schema`: the Arrow schema of every input row (a Parquet file's own, or one scanned
-        from JSONL), so that a field first seen in a later chunk still fits the Parquet output."""
+    def __init__(self, path: Path, layout_name: str, data: Path):
+        """`data` is the input. Rows of a Parquet input that become dicts (the NeMo-Gym layout) are
+        written in the schema of the input file, so a field first seen in a later chunk still fits.
+        Rows of a JSONL input written to Parquet are spooled first (see _spool_rows): the output's
+        schema is that of the rows written, so a rejected row's value never shapes a column."""
         self.path = path
         self.format = input_format(path)
         self.layout = layout_name
-        self.input_schema = input_schema
+        from_parquet = input_format(data) == "parquet"
+        self.input_schema = _parquet_schema(data) if from_parquet and self.format == "parquet" else None
         self.rows = 0
         self._file = AtomicFile(path)
+        self._spool = AtomicFile(path) if self.format == "parquet" and not from_parquet else None
         self._fh = None
         self._pq = None
         self._schema = None
 
     def start(self) -> None:
-        """Create the temporary file now, so an unwritable destination fails before any work."""
+        """Create the temporary files now, so an unwritable destination fails before any work."""
         self._file.open()
+        if self._spool is not None:
+            self._spool.open()
 
     def write(self, chunk: Chunk, outcome) -> None:
         if outcome.result is None or not len(outcome.good_rows):
@@ -80,7 +87,9 @@ class Writer:
                 self._refuse_taken(r, int(numbers[k]), extra)
             dicts = [self._dict_row(r, float(rewards[k]), {c: float(v[k]) for c, v in extra.items()})
                      for k, r in enumerate(rows)]
-            if self.format == "parquet":
+            if self._spool is not None:
+                self._spool_rows(dicts, numbers)
+            elif self.format == "parquet":
                 self._write_table(self._rows_table(dicts, numbers), {})
             else:
                 self._write_dicts(dicts)
@@ -95,6 +104,36 @@ class Writer:
                 raise ToolError(f"row {number}: {name}: expected no such field: run writes {what} there, "
                                 "so the input's value would be lost (is the input already shaped?); "
                                 "rename or drop the field")
+
+    def _spool_rows(self, dicts: list[dict], numbers: np.ndarray) -> None:
+        """Keep shaped JSONL rows, with their row numbers, in a temporary JSONL file, and widen the
+        output schema by them: only rows that are written ever give a column its type."""
+        found = rows_schema(dicts)
+        if found is not None:
+            self._schema = found if self._schema is None else widen(self._schema, found)
+        if self._fh is None:
+            self._fh = open(self._spool.tmp, "w", encoding="utf-8")
+        self._fh.write("".join(json.dumps([int(n), r]) + "\n" for n, r in zip(numbers, dicts)))
+
+    def _unspool(self) -> None:
+        """Write the spooled rows to the Parquet file in the schema of all of them, a block at a time."""
+        fh, self._fh = self._fh, None
+        if fh is None:
+            return
+        fh.close()
+        import pyarrow as pa
+
+        with open(self._spool.tmp, encoding="utf-8") as spooled:
+            while True:
+                block = [json.loads(line) for line in itertools.islice(spooled, SPOOL_BLOCK)]
+                if not block:
+                    break
+                numbers = np.array([n for n, _ in block])
+                try:
+                    self._write_table(self._rows_table([r for _, r in block], numbers), {})
+                except pa.ArrowNotImplementedError as err:  # as in write()
+                    raise ToolError(f"{self.path}: rows {numbers[0]}..{numbers[-1]} cannot be written to Parquet "
+                                    f"({err}); write .jsonl instead") from None
 
     def _rows_table(self, dicts: list[dict], numbers: np.ndarray):
         """The rows as a table of the output's one schema: every field of every row, each value
@@ -195,6 +234,8 @@ class Writer:
     def commit(self) -> None:
         """Finish the file (every row rejected: an empty one) and rename it over the destination."""
         try:
+            if self._spool is not None:
+                self._unspool()
             if self._pq is None and self.format == "parquet":
                 import pyarrow as pa
                 import pyarrow.parquet as pq
@@ -206,6 +247,8 @@ class Writer:
             self.discard()
             raise OutputError(self.path, reason_of(err)) from None
         self._file.commit()
+        if self._spool is not None:
+            self._spool.discard()
 
     def _close(self) -> None:
         pq_writer, fh, self._pq, self._fh = self._pq, self._fh, None, None
@@ -222,6 +265,17 @@ class Writer:
             pass  # the file is going away anyway
         finally:
             self._file.discard()
+            if self._spool is not None:
+                self._spool.discard()
+
+
+def _parquet_schema(data: Path):
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(data).schema_arrow
+
+
+SPOOL_BLOCK = 65536  # spooled rows converted to Parquet at a time
 
 
 def _dictionary_columns(schema, computed: dict[str, np.ndarray]) -> list[str] | bool:
