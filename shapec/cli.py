@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .paths import printable
 from .tools.commands import UsageError, add_commands, number, shape_files
 
 
@@ -60,7 +61,7 @@ def cmd_compile(args) -> int:
 
         close = difflib.get_close_matches(args.shaper, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise UsageError(f"{path} has no shaper or pipeline {args.shaper!r}{hint}")
+        raise UsageError(f"{printable(path)} has no shaper or pipeline {args.shaper!r}{hint}")
     from .compiler.lowering import emit_python
 
     for name in [args.shaper] if args.shaper else names:
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             print(d.render(), file=sys.stderr)
         return 1
     except OSError as err:  # a path the file system refuses past the commands' own checks: an error, not a traceback
-        where = f"{err.filename}: " if err.filename is not None else ""
+        where = f"{printable(err.filename)}: " if err.filename is not None else ""
         print(f"shapec: error: {where}{err.strerror or err}", file=sys.stderr)
         return 1
 

@@ -30,3 +30,13 @@ def path_kind(path: str | Path) -> str:
 def not_a_file(kind: str) -> str:
     """Why a path of this kind (not "file") cannot be read as a file, for an error message."""
     return {"missing": "no such file", "dir": "a directory, not a file", "other": "not a regular file"}.get(kind, kind)
+
+
+def printable(name: object) -> str:
+    """A file name, field name or key as one line of plain text in a message: every character that
+    is not printable (a line break, an escape code, a NUL) written as its escape, `\\n`, `\\x1b`, so
+    a name can neither break the message's line nor reach the terminal as a control sequence."""
+    text = str(name)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)

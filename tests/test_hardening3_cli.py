@@ -179,3 +179,44 @@ def test_explain_names_keys_of_other_types_as_json(tmp_path, spec, capsys):
         ["group true", "group 1.0", "group x"]
     rc, stdout, _ = cli(capsys, "explain", spec, "--data", data, "--group", "true", "--width", "100")
     assert rc == 0 and json.dumps("group true")[1:-1] in stdout and "group 1.0" not in stdout
+
+
+# ------------------------------------------------------------------ names in messages stay on one line
+@pytest.mark.parametrize("line, shown", [
+    ('{"prompt_id": "p", "reward": 1, "length": 3, "a\\nb": {"c\\u001b[2J": ' + "1" * 5000 + "}}",
+     "a\\nb.c\\x1b[2J: expected a number, got an integer of 5000 digits"),
+    ('{"prompt_id": "p", "reward": 1, "length": 3, "x\\ny": 1, "x\\ny": 2}', "x\\ny: expected each key once"),
+])
+def test_a_field_name_with_control_characters_is_escaped_in_the_error(tmp_path, spec, line, shown):
+    """A key with a line break or an escape code split the error line and reached the terminal."""
+    data = write_jsonl(tmp_path / "in.jsonl", [line, '{"prompt_id": "p", "reward": 0, "length": 3}'])
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl")
+    assert rc == 1 and err.startswith(f"shapec: error: row 1: {shown}") and err.count("\n") == 1, err
+    assert "\x1b" not in err
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip")
+    assert rc == 0, err
+    reason = json.loads((tmp_path / "o.rejects.jsonl").read_text().splitlines()[0])["reason"]
+    assert reason.startswith(f"row 1: {shown}")
+
+
+def test_a_parquet_field_that_does_not_fit_is_named_on_one_line(tmp_path, spec):
+    rows = [{"prompt_id": "p", "reward": 1, "length": 3, "ex": {"a\nb": 1}},
+            {"prompt_id": "q", "reward": 0, "length": 3, "ex": {"a\nb": "s"}}]
+    data = write_jsonl(tmp_path / "in.jsonl", rows)
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.parquet")
+    assert rc == 1 and err.count("\n") == 1
+    assert err.startswith('shapec: error: row 2: ex.a\\nb: expected a value of type int64 (as other rows have it), '
+                          'got "s"')
+
+
+def test_file_names_with_control_characters_are_escaped_in_messages(tmp_path, spec):
+    data = write_jsonl(tmp_path / "d\nx.jsonl", rows_of(1, 2))
+    rc, stdout, err = run(spec, "--data", data, "--out", tmp_path / "no\x1b[2Jdir" / "o.jsonl")
+    assert (rc, stdout) == (2, "")
+    assert err == (f"shapec run: cannot write {tmp_path}/no\\x1b[2Jdir/o.jsonl: folder {tmp_path}/no\\x1b[2Jdir "
+                   "does not exist\n")
+    rc, stdout, err = run(spec, "--data", data, "--out", tmp_path / "o\n.jsonl")
+    assert rc == 0, err
+    assert f"on {tmp_path}/d\\nx.jsonl\n" in stdout and f"wrote {tmp_path}/o\\n.jsonl\n" in stdout
+    rc, _, err = run(spec, "--data", tmp_path / "no\nne.jsonl", "--out", tmp_path / "o.jsonl")
+    assert (rc, err) == (2, f"shapec: error: --data {tmp_path}/no\\nne.jsonl: no such file\n")

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
-from ..paths import path_kind
+from ..paths import path_kind, printable
 from .spec import ToolError
 
 TMP_MARK = ".shapec-tmp-"
@@ -34,7 +34,7 @@ class OutputError(ToolError):
     """A file cannot be written: `cannot write PATH: REASON` (exit status 2)."""
 
     def __init__(self, path: Path | str, reason: str):
-        super().__init__(f"cannot write {path}: {reason}")
+        super().__init__(f"cannot write {printable(path)}: {reason}")
         self.path = path
         self.reason = reason
 
@@ -73,7 +73,7 @@ def refuse_overwriting(outputs: list[tuple[Path, str]], reads: list[tuple[Path, 
     for i, (path, what) in enumerate(outputs):
         for other, name in [*reads, *outputs[:i]]:
             if same_file(path, other):
-                raise OutputError(path, f"{what} is {name} ({other})")
+                raise OutputError(path, f"{what} is {name} ({printable(other)})")
 
 
 def check_destination(path: Path, follow_links: bool = True) -> None:
@@ -91,9 +91,9 @@ def check_destination(path: Path, follow_links: bool = True) -> None:
     parent = real.parent if follow_links and os.path.islink(path) else path.parent
     kind = path_kind(parent)
     if kind == "missing":
-        raise OutputError(path, f"folder {parent} does not exist")
+        raise OutputError(path, f"folder {printable(parent)} does not exist")
     if kind != "dir":
-        raise OutputError(path, f"{parent} is not a folder" if kind in ("file", "other") else kind)
+        raise OutputError(path, f"{printable(parent)} is not a folder" if kind in ("file", "other") else kind)
 
 
 def _writable(path: Path) -> bool:

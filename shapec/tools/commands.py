@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from ..paths import not_a_file, path_kind
+from ..paths import not_a_file, path_kind, printable
 from .spec import ToolError
 
 
@@ -130,16 +130,17 @@ def shape_files(paths: list[str]) -> list[Path]:
             try:
                 files.extend(sorted(path.rglob("*.shape")))
             except OSError as err:
-                raise UsageError(f"{p}: cannot list ({err.strerror or err})") from None
+                raise UsageError(f"{printable(p)}: cannot list ({err.strerror or err})") from None
         elif kind == "file":
             files.append(path)
         else:
-            raise UsageError(f"{p}: " + ("no such file or directory" if kind == "missing" else not_a_file(kind)))
+            why = "no such file or directory" if kind == "missing" else not_a_file(kind)
+            raise UsageError(f"{printable(p)}: {why}")
     for f in files:  # bytes only: text that is not UTF-8 is the spec's E102, at the byte, as compile says
         try:
             f.read_bytes()
         except OSError as err:
-            raise UsageError(f"{f}: cannot read ({err.strerror or err})") from None
+            raise UsageError(f"{printable(f)}: cannot read ({err.strerror or err})") from None
     return files
 
 
@@ -155,7 +156,7 @@ def _need_file(path: str | None, what: str) -> Path | None:
     p = Path(path)
     kind = path_kind(p)
     if kind != "file":
-        raise UsageError(f"{what} {path}: {not_a_file(kind)}")
+        raise UsageError(f"{what} {printable(path)}: {not_a_file(kind)}")
     return p
 
 
@@ -241,7 +242,7 @@ def cmd_run(args) -> int:
         return 2
     except (KeyboardInterrupt, Interrupted) as err:
         what = "terminated" if isinstance(err, Interrupted) else "interrupted"
-        print(f"shapec run: {what}; {args.out} was left as it was", file=sys.stderr)
+        print(f"shapec run: {what}; {printable(args.out)} was left as it was", file=sys.stderr)
         return 143 if isinstance(err, Interrupted) else 130
     print(format_report(report, args.spec, shaper.name, data))
     return 0
@@ -273,5 +274,5 @@ def cmd_plot(args) -> int:
     except OutputError as err:
         print(f"shapec plot: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out}")
+    print(f"wrote {printable(args.out)}")
     return 0

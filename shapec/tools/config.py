@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..paths import printable
 from ..runtime.params import ParamError, validate_params
 from .spec import ToolError, stage_irs
 
@@ -120,7 +121,7 @@ def build_plan(shaper, module_names: Mapping[str, frozenset[str]] | tuple[str, .
         _load_config(plan, Path(config), module_names, errors)
     for key, value in parse_set(sets or []):
         _apply_set(plan, key, value)
-    _validate(plan, str(config) if config else "--set", errors)
+    _validate(plan, printable(config) if config else "--set", errors)
     if errors:
         raise ToolError("\n".join(dict.fromkeys(errors)))
     return plan
@@ -133,21 +134,21 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
         raw = path.read_bytes()
         data = yaml.load(raw.decode("utf-8"), Loader=_unique_key_loader())
     except OSError as err:
-        raise ToolError(f"{path}: cannot read config ({err.strerror})") from None
+        raise ToolError(f"{printable(path)}: cannot read config ({err.strerror})") from None
     except UnicodeDecodeError as err:
-        raise ToolError(f"{path}: cannot read config: not UTF-8 "
+        raise ToolError(f"{printable(path)}: cannot read config: not UTF-8 "
                         f"(byte 0x{raw[err.start]:02x} at offset {err.start})") from None
     except RecursionError:
-        raise ToolError(f"{path}: not valid YAML: nested too deeply") from None
+        raise ToolError(f"{printable(path)}: not valid YAML: nested too deeply") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        where = f"{printable(path)}:{mark.line + 1}:{mark.column + 1}" if mark is not None else printable(path)
         problem = getattr(err, "problem", None) or str(err)
         raise ToolError(f"{where}: not valid YAML: {problem}") from None
     if data is None:
         return
     if not isinstance(data, Mapping):
-        raise ToolError(f"{path}: expected a mapping of shaper names to params, got {type(data).__name__}")
+        raise ToolError(f"{printable(path)}: expected a mapping of shaper names to params, got {type(data).__name__}")
     stages = plan.stage_names
     nemo = "grpo" in data
     for key, value in data.items():
@@ -158,13 +159,14 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
                 if value is None:
                     continue
                 if not isinstance(value, Mapping):
-                    raise ToolError(f"{path}: {key}: expected a mapping of params, got {type(value).__name__}")
+                    raise ToolError(f"{printable(path)}: {printable(key)}: expected a mapping of params, "
+                                    f"got {type(value).__name__}")
                 plan.base[key].update(value)
             elif key in module_names:
                 _check_other_block(path, key, value, module_names, errors)
             elif not nemo:  # the rest of a NeMo-RL config is not shapec's
                 valid = list(dict.fromkeys([*stages, *module_names, "grpo"]))
-                raise ToolError(f"{path}: unknown key {key!r}{_hint(key, valid, both=True)}")
+                raise ToolError(f"{printable(path)}: unknown key {key!r}{_hint(key, valid, both=True)}")
         except ToolError as err:
             errors.append(str(err))
 
@@ -174,12 +176,13 @@ def _check_other_block(path: Path, key: str, value: Any, module_names, errors: l
     if not isinstance(module_names, Mapping) or value is None:
         return
     if not isinstance(value, Mapping):
-        errors.append(f"{path}: {key}: expected a mapping of params, got {type(value).__name__}")
+        errors.append(f"{printable(path)}: {printable(key)}: expected a mapping of params, got {type(value).__name__}")
         return
     known = sorted(module_names[key])
     for name in value:
         if name not in known:
-            errors.append(f"{path}: {key}.{name}: unknown param of {key!r}{_hint(name, known, both=True)}")
+            errors.append(f"{printable(path)}: {printable(key)}.{printable(name)}: unknown param of {key!r}"
+                          f"{_hint(name, known, both=True)}")
 
 
 def _stage_named(plan: ParamPlan, path: Path, block: str) -> str:
@@ -189,7 +192,7 @@ def _stage_named(plan: ParamPlan, path: Path, block: str) -> str:
     matches = [n for n in names if block in n]
     if len(matches) == 1:
         return matches[0]
-    raise ToolError(f"{path}: grpo.{block} is set but {plan.shaper.name!r} has no {block} stage "
+    raise ToolError(f"{printable(path)}: grpo.{block} is set but {plan.shaper.name!r} has no {block} stage "
                     f"(stages: {', '.join(names)})")
 
 
@@ -197,11 +200,12 @@ def _load_grpo(plan: ParamPlan, path: Path, grpo: Any, errors: list[str]) -> Non
     if grpo is None:
         return
     if not isinstance(grpo, Mapping):
-        raise ToolError(f"{path}: grpo: expected a mapping, got {type(grpo).__name__}")
+        raise ToolError(f"{printable(path)}: grpo: expected a mapping, got {type(grpo).__name__}")
     size = grpo.get("num_generations_per_prompt")
     if size is not None:
         if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise ToolError(f"{path}: grpo.num_generations_per_prompt: expected a positive integer, got {size!r}")
+            raise ToolError(f"{printable(path)}: grpo.num_generations_per_prompt: expected a positive integer, "
+                            f"got {size!r}")
         plan.group_size = size
     for block, load in (("length_penalty", _load_length_penalty), ("time_efficiency", _load_time_efficiency)):
         if grpo.get(block) is not None:
@@ -266,7 +270,7 @@ def _load_length_penalty(plan: ParamPlan, path: Path, stage: str, block: Any) ->
 
     from ..compat.nemo_rl import LengthPenaltyConfig, default_params, global_bands
 
-    where = f"{path}: grpo.length_penalty"
+    where = f"{printable(path)}: grpo.length_penalty"
     try:
         cfg = LengthPenaltyConfig.model_validate(_mapping(block, where))
     except ValidationError as err:
@@ -297,7 +301,7 @@ def _load_time_efficiency(plan: ParamPlan, path: Path, stage: str, block: Any) -
 
     from ..compat._time_efficiency import TimeEfficiencyConfig
 
-    where = f"{path}: grpo.time_efficiency"
+    where = f"{printable(path)}: grpo.time_efficiency"
     try:
         cfg = TimeEfficiencyConfig.model_validate(_mapping(block, where))
     except ValidationError as err:

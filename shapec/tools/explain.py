@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import printable
 from .readers import MISSING
 from .rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
 from .spec import stage_irs
@@ -229,7 +230,7 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
         close = difflib.get_close_matches(w, list(dict.fromkeys(labels)), n=3, cutoff=0.5)
         hint = (f"closest: {', '.join(map(repr, close))}" if close
                 else f"its groups: {_some(labels)}")
-        print(f"shapec: error: no group {w!r} in {data}; {hint}", file=sys.stderr)
+        print(f"shapec: error: no group {w!r} in {printable(data)}; {hint}", file=sys.stderr)
     return 1 if missing else 0
 
 

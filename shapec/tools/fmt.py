@@ -6,6 +6,7 @@ import difflib
 import re
 from pathlib import Path
 
+from ..paths import printable
 from ..compiler.imports import newlines, spec_source
 from ..syntax.parser import BOM, parse
 from ..syntax.pretty import pretty
@@ -51,7 +52,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
             raw = data.decode("utf-8")  # spec_source has decoded it, so this cannot fail: the endings as saved
             new = format_source(text, str(path))
         except OSError as error:
-            print(f"shapec fmt: {path}: cannot read ({error.strerror or error})", file=err)
+            print(f"shapec fmt: {printable(path)}: cannot read ({error.strerror or error})", file=err)
             status = 2
             continue
         except ShapeError as error:
@@ -71,7 +72,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
                 text.splitlines(keepends=True), new.splitlines(keepends=True),
                 fromfile=f"{path} (original)", tofile=f"{path} (formatted)")))
             if note:
-                print(f"{path}: {note}", file=err)
+                print(f"{printable(path)}: {note}", file=err)
             continue
         try:
             write_text(path, written)
@@ -79,7 +80,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
             print(f"shapec fmt: {error}", file=err)
             status = 2
             continue
-        print(f"reformatted {path}" + (f" ({note})" if note else ""), file=err)
+        print(f"reformatted {printable(path)}" + (f" ({note})" if note else ""), file=err)
     if check and changed:
         print(f"{changed} file{'s' if changed != 1 else ''} would be reformatted", file=err)
     return status

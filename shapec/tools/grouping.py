@@ -23,6 +23,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ..paths import printable
 from .readers import MISSING, ArrowBlock, BadLine, RowError, RowsBlock, got
 from .spec import ToolError
 
@@ -174,7 +175,8 @@ def _check_key_present(block, grouping: Grouping, rows: int) -> bool:
         return True
     names = block.field_names()
     close = difflib.get_close_matches(grouping.key, names, n=1, cutoff=0.5)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; the rows have {', '.join(names[:8]) or 'no fields'}"
+    fields = ", ".join(map(printable, names[:8])) or "no fields"
+    hint = f"; did you mean {close[0]!r}?" if close else f"; the rows have {fields}"
     raise ToolError(f"group key {grouping.key!r} ({grouping.source}): no row of the first {rows} has "
                     f"this field{hint}")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..paths import not_a_file, path_kind
+from ..paths import not_a_file, path_kind, printable
 from .spec import ToolError
 
 MISSING = object()
@@ -40,7 +40,7 @@ class RowError:
     message: str
 
     def __str__(self) -> str:
-        return f"row {self.row}: {self.field}: {self.message}"
+        return f"row {self.row}: {printable(self.field)}: {self.message}"
 
 
 class DataError(ToolError):
@@ -328,7 +328,7 @@ def parquet_blocks(path: Path, size: int, as_rows: bool, progress) -> Iterator[R
         except StopIteration:
             return
         except (OSError, pa.ArrowException) as err:  # a damaged row group
-            raise ToolError(f"{path}: cannot read Parquet ({err})") from None
+            raise ToolError(f"{printable(path)}: cannot read Parquet ({err})") from None
         progress.advance(batch.num_rows)
         table = pa.Table.from_batches([batch])
         yield RowsBlock(table.to_pylist(), from_arrow=True) if as_rows else ArrowBlock(table)
@@ -340,7 +340,7 @@ def input_format(path: Path) -> str:
         return "jsonl"
     if suffix in (".parquet", ".pq"):
         return "parquet"
-    raise ToolError(f"{path}: unknown file type {suffix!r}; expected .jsonl or .parquet")
+    raise ToolError(f"{printable(path)}: unknown file type {suffix!r}; expected .jsonl or .parquet")
 
 
 class Progress:
@@ -369,7 +369,7 @@ def open_blocks(data: Path, layout, chunk_rows: int, progress_enabled: bool):
     fmt = input_format(data)
     kind = path_kind(data)
     if kind != "file":
-        raise ToolError(f"{data}: {not_a_file(kind)}")
+        raise ToolError(f"{printable(data)}: {not_a_file(kind)}")
     block_rows = max(1, min(chunk_rows, 65536))
     if fmt == "jsonl":
         progress = Progress(data.stat().st_size, "bytes", progress_enabled)
@@ -381,7 +381,7 @@ def open_blocks(data: Path, layout, chunk_rows: int, progress_enabled: bool):
         rows = file.metadata.num_rows
         schema = file.schema_arrow
     except Exception as err:  # pyarrow raises several types for a file that is not Parquet
-        raise ToolError(f"{data}: cannot read Parquet ({err})") from None
+        raise ToolError(f"{printable(data)}: cannot read Parquet ({err})") from None
     _refuse_repeated_names(data, schema)
     progress = Progress(rows, "rows", progress_enabled)
     return parquet_blocks(data, block_rows, layout.name != "flat", progress), progress
@@ -396,7 +396,7 @@ def _refuse_repeated_names(data: Path, schema) -> None:
         names = [f.name for f in fields]
         for name in dict.fromkeys(names):
             if names.count(name) > 1:
-                raise ToolError(f"{data}: column {prefix + name!r} appears {names.count(name)} times; "
+                raise ToolError(f"{printable(data)}: column {prefix + name!r} appears {names.count(name)} times; "
                                 "column names must be unique: rename or drop the copies")
         for f in fields:
             t = f.type

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ..paths import printable
 from ..runtime.batch import BatchError
 from ..runtime.params import ParamError
 from .atomic import check_destination, refuse_overwriting
@@ -275,7 +276,7 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
 
 
 def format_report(report: RunReport, spec: str, shaper_name: str, data: Path) -> str:
-    lines = [f"shapec run: {shaper_name} from {spec} on {data}"]
+    lines = [f"shapec run: {shaper_name} from {printable(spec)} on {printable(data)}"]
     lines.append(f"rows: {report.rows_in} in = {report.rows_out} out + {report.rows_rejected} rejected")
     shaped = report.groups - report.groups_rejected - sum(report.skipped.values())
     lines.append(f"groups: {report.groups} in, {shaped} shaped, "
@@ -283,9 +284,9 @@ def format_report(report: RunReport, spec: str, shaper_name: str, data: Path) ->
                  f"({report.chunks} chunk{'s' if report.chunks != 1 else ''})")
     for reason, count in sorted(report.skipped.items()):
         lines.append(f"  passed through ({reason}): {count} group{'s' if count != 1 else ''}")
-    lines.append(f"wrote {report.out}")
+    lines.append(f"wrote {printable(report.out)}")
     if report.rejects is not None:
-        lines.append(f"rejects: {report.rejects}")
+        lines.append(f"rejects: {printable(report.rejects)}")
     if report.metrics:
         lines.append("metrics:")
         width = max(len(k) for k in report.metrics)

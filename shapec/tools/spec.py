@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from ..paths import not_a_file, path_kind
+from ..paths import not_a_file, path_kind, printable
 
 
 class ToolError(Exception):
@@ -26,7 +26,7 @@ def stdlib_path(name: str) -> Path:
     if name not in known:
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else f"; stdlib modules: {', '.join(known)}"
-        raise ToolError(f"{name}: neither a .shape file nor a stdlib module{hint}")
+        raise ToolError(f"{printable(name)}: neither a .shape file nor a stdlib module{hint}")
     return STDLIB / f"{name}.shape"
 
 
@@ -37,9 +37,9 @@ def spec_path(spec: str) -> Path:
     path = Path(spec)
     kind = path_kind(path)
     if kind == "dir":
-        raise ToolError(f"{spec}: a directory; expected one .shape file or a stdlib module name")
+        raise ToolError(f"{printable(spec)}: a directory; expected one .shape file or a stdlib module name")
     if kind != "file":
-        raise ToolError(f"{spec}: {not_a_file(kind)}")
+        raise ToolError(f"{printable(spec)}: {not_a_file(kind)}")
     return path
 
 

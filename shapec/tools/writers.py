@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..paths import printable
 from .atomic import AtomicFile, OutputError, reason_of
 from .grouping import Chunk
 from .readers import (MISSING, ArrowBlock, BadLine, get_path, got, input_format, is_list_type, rows_schema,
@@ -67,7 +68,7 @@ class Writer:
         except OSError as err:
             raise OutputError(self.path, reason_of(err)) from None
         except pa.ArrowNotImplementedError as err:  # a type Parquet has no form for (an empty object)
-            raise ToolError(f"{self.path}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} cannot be "
+            raise ToolError(f"{printable(self.path)}: rows {chunk.base + 1}..{chunk.base + len(chunk.block)} cannot be "
                             f"written to Parquet ({err}); write .jsonl instead") from None
 
     def _write(self, chunk: Chunk, outcome) -> None:
@@ -132,8 +133,8 @@ class Writer:
                 try:
                     self._write_table(self._rows_table([r for _, r in block], numbers), {})
                 except pa.ArrowNotImplementedError as err:  # as in write()
-                    raise ToolError(f"{self.path}: rows {numbers[0]}..{numbers[-1]} cannot be written to Parquet "
-                                    f"({err}); write .jsonl instead") from None
+                    raise ToolError(f"{printable(self.path)}: rows {numbers[0]}..{numbers[-1]} cannot be written to "
+                                    f"Parquet ({err}); write .jsonl instead") from None
 
     def _rows_table(self, dicts: list[dict], numbers: np.ndarray):
         """The rows as a table of the output's one schema: every field of every row, each value
@@ -319,7 +320,7 @@ def _misfit(value, typ, path: str) -> str | None:
         for k, v in value.items():
             at = f"{path}.{k}" if path else k
             if typ.get_field_index(k) < 0:
-                return f"{at}: expected values of one Arrow type, got {got(v)} (no row gives this field one)"
+                return f"{printable(at)}: expected values of one Arrow type, got {got(v)} (no row gives this field one)"
             found = _misfit(v, typ.field(k).type, at)
             if found is not None:
                 return found
@@ -336,7 +337,9 @@ def _misfit(value, typ, path: str) -> str | None:
         pa.array([value], type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         lossy = True
-    return f"{shown}: expected a value of type {typ} (as other rows have it), got {got(value)}" if lossy else None
+    if not lossy:
+        return None
+    return f"{printable(shown)}: expected a value of type {typ} (as other rows have it), got {got(value)}"
 
 
 class RejectsWriter:
