@@ -57,14 +57,16 @@ def pick_shaper(module, name: str | None):
         if name not in names:
             close = difflib.get_close_matches(name, list(names), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ToolError(f"{module.filename} has no shaper or pipeline {name!r}{hint} "
-                            f"(it has {', '.join(names)})")
+            raise ToolError(f"{printable(module.filename)} has no shaper or pipeline {name!r}{hint} "
+                            f"(it has {', '.join(names) or 'none'})")
         return module[name]
+    if not names:
+        raise ToolError(f"{printable(module.filename)} defines no shaper or pipeline")
     if len(names) == 1:
         return module[names[0]]
     if len(module.pipelines) == 1:
         return module[module.pipelines[0]]
-    raise ToolError(f"{module.filename} defines {', '.join(names)}: choose one with --shaper NAME")
+    raise ToolError(f"{printable(module.filename)} defines {', '.join(names)}: choose one with --shaper NAME")
 
 
 def stage_irs(shaper) -> list:
