@@ -80,20 +80,28 @@ class ParamPlan:
         return dict(overrides[agent] or {})
 
 
-def parse_set(items: list[str]) -> list[tuple[str, Any]]:
-    """`key=value` pairs; values are YAML (so `0.2`, `true`, `[1, 2]`, `null` mean what they say)."""
+def yaml_value(text: str, where: str) -> Any:
+    """One YAML value given on the command line (`--set`, `--meta`), or one error line: the YAML
+    reader's own message spans lines with a snippet, and deep nesting exhausts Python's stack."""
     import yaml
 
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ToolError(f"{where}: value is not valid YAML (nested too deeply)") from None
+    except yaml.YAMLError as err:
+        raise ToolError(f"{where}: value is not valid YAML ({getattr(err, 'problem', None) or 'unreadable'})") \
+            from None
+
+
+def parse_set(items: list[str]) -> list[tuple[str, Any]]:
+    """`key=value` pairs; values are YAML (so `0.2`, `true`, `[1, 2]`, `null` mean what they say)."""
     out = []
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise ToolError(f"--set {item!r}: expected key=value")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError as err:
-            raise ToolError(f"--set {item!r}: value is not valid YAML ({err.problem})") from None
-        out.append((key.strip(), value))
+        out.append((key.strip(), yaml_value(raw, f"--set {item!r}") if raw.strip() else ""))
     return out
 
 

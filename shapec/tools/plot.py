@@ -59,7 +59,7 @@ def parse_metas(shaper, items: list[str]) -> dict:
     """`--meta NAME=YAML` values, checked against the spec's meta declarations."""
     import difflib
 
-    import yaml
+    from .config import yaml_value
 
     known = [m.name for ir in stage_irs(shaper) for m in ir.metas]
     out = {}
@@ -71,10 +71,7 @@ def parse_metas(shaper, items: list[str]) -> dict:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f" (it has {', '.join(known) or 'none'})"
             raise ToolError(f"--meta {name!r}: {shaper.name!r} declares no such metadata{hint}")
-        try:
-            out[name] = yaml.safe_load(text)
-        except yaml.YAMLError as err:
-            raise ToolError(f"--meta {name}: not a YAML value ({err})") from None
+        out[name] = yaml_value(text, f"--meta {name}")
     return out
 
 
