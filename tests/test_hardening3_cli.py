@@ -220,3 +220,46 @@ def test_file_names_with_control_characters_are_escaped_in_messages(tmp_path, sp
     assert f"on {tmp_path}/d\\nx.jsonl\n" in stdout and f"wrote {tmp_path}/o\\n.jsonl\n" in stdout
     rc, _, err = run(spec, "--data", tmp_path / "no\nne.jsonl", "--out", tmp_path / "o.jsonl")
     assert (rc, err) == (2, f"shapec: error: --data {tmp_path}/no\\nne.jsonl: no such file\n")
+
+
+# ------------------------------------------------------------------ command-line values
+def test_a_spec_without_a_shaper_says_so(tmp_path, capsys):
+    """`e.shape defines : choose one with --shaper NAME` was the message for an empty spec."""
+    empty = tmp_path / "e.shape"
+    empty.write_text("")
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(1, 2))
+    rc, _, err = cli(capsys, "run", empty, "--data", data, "--out", tmp_path / "o.jsonl", "--backend", "interpreter")
+    assert (rc, err) == (1, f"shapec: error: {empty} defines no shaper or pipeline\n")
+    rc, _, err = cli(capsys, "explain", empty, "--data", data, "--shaper", "x")
+    assert (rc, err) == (1, f"shapec: error: {empty} has no shaper or pipeline 'x' (it has none)\n")
+
+
+@pytest.mark.parametrize("command, option, value, message", [
+    ("run", "--set", "p=" + "[" * 3000, "--set 'p=" + "[" * 3000 + "': value is not valid YAML (nested too deeply)"),
+    ("run", "--set", "p=[", "--set 'p=[': value is not valid YAML (expected the node content, but found "
+                            "'<stream end>')"),
+    ("plot", "--meta", "profile_band=" + "[" * 3000,
+     "--meta profile_band: value is not valid YAML (nested too deeply)"),
+    ("plot", "--meta", "profile_band=[", "--meta profile_band: value is not valid YAML (expected the node content, "
+                                         "but found '<stream end>')"),
+])
+def test_a_yaml_value_that_cannot_be_read_is_one_line(tmp_path, capsys, command, option, value, message):
+    """Deep nesting was a RecursionError traceback; --meta printed the YAML reader's snippet over four lines."""
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(1, 2))
+    out = tmp_path / ("o.jsonl" if command == "run" else "o.png")
+    args = ["--data", data] if command == "run" else []
+    rc, _, err = cli(capsys, command, "nemo_rl", *args, "--out", out, option, value, "--backend", "interpreter")
+    assert (rc, err) == (1, f"shapec: error: {message}\n")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("option", ["--group-by", "--agent-by"])
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_field_option_is_a_usage_error_not_the_default(tmp_path, spec, option, value):
+    """`--group-by ""` quietly grouped by prompt_id, the default it is meant to replace."""
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(1, 2))
+    rc, stdout, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl", option, value)
+    assert (rc, stdout) == (2, "")
+    assert err == (f"shapec: error: {option}: expected a field name or a dotted path such as agent_ref.name, "
+                   f"got {value!r}\n")
+    assert not (tmp_path / "o.jsonl").exists()

@@ -36,6 +36,20 @@ def number(option: str, kind: type = int, lo: float = 1, hi: float | None = None
     return parse
 
 
+def field_path(option: str):
+    """An argparse type for a field option (--group-by, --agent-by): an empty name would quietly
+    fall back to the default field, so it is a usage error instead."""
+
+    def parse(text: str) -> str:
+        if not text.strip():
+            raise UsageError(f"{option}: expected a field name or a dotted path such as agent_ref.name, got "
+                             f"{text!r}")
+        return text
+
+    parse.__name__ = "field"
+    return parse
+
+
 def _spec_args(p: argparse.ArgumentParser, default_backend: str = "$SHAPEC_BACKEND or numba") -> None:
     p.add_argument("spec", help="a .shape file, or a stdlib module name such as nemo_rl")
     p.add_argument("--shaper", help="shaper or pipeline to use (default: the only one, or the only pipeline)")
@@ -52,14 +66,14 @@ def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
     p.add_argument("--data", required=required, help="rollouts: .jsonl or .parquet")
     p.add_argument("--layout", choices=("flat", "nemo-gym"), default="flat", help="row layout (default: flat)")
     group = p.add_mutually_exclusive_group()
-    group.add_argument("--group-by", metavar="COLUMN",
+    group.add_argument("--group-by", metavar="COLUMN", type=field_path("--group-by"),
                        help="group key column; a group is a contiguous run of one key (default: prompt_id)")
     group.add_argument("--group-size", type=number("--group-size"), metavar="N", help="groups are N contiguous rows")
     p.add_argument("--length-type", choices=("chars", "tokens"),
                    help="nemo-gym: count lengths in characters or tokenizer tokens "
                         "(default: the config's length_type, else chars)")
     p.add_argument("--tokenizer", help="nemo-gym: Hugging Face tokenizer name or path for --length-type tokens")
-    p.add_argument("--agent-by", metavar="PATH",
+    p.add_argument("--agent-by", metavar="PATH", type=field_path("--agent-by"),
                    help="where a row names its agent, for agent_overrides (default: agent_ref.name for "
                         "nemo-gym, agent for flat)")
 
