@@ -263,3 +263,17 @@ def test_an_empty_field_option_is_a_usage_error_not_the_default(tmp_path, spec, 
     assert err == (f"shapec: error: {option}: expected a field name or a dotted path such as agent_ref.name, "
                    f"got {value!r}\n")
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_file_root_rewrites_keeps_its_owner(tmp_path, spec, capsys):
+    """The temporary file renamed over the destination was root's, so its owner lost it (the suite
+    runs as root, as CI does: only root may give a file to another owner)."""
+    target = tmp_path / "t.shape"
+    target.write_text(UNFORMATTED)
+    os.chown(target, 1234, 2345)
+    os.chmod(target, 0o640)
+    rc, _, err = cli(capsys, "fmt", target)
+    assert rc == 0, err
+    st = target.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 2345, 0o640)
+    assert "     term" not in target.read_text()

@@ -8,9 +8,9 @@ previous content. A process killed outright (kill -9, power loss) leaves the des
 was plus, at worst, a leftover temporary file that its name marks as never being output.
 
 A destination that is a symlink is written through: the link stays and its target (created if the
-link dangles) gets the content and keeps its mode. A file the user may not write is refused, not
-renamed over (renaming needs only the folder's permission); "may not write" is read from the mode
-bits, since root passes every `os.access` check and would replace a file marked read-only.
+link dangles) gets the content and keeps its mode and owner. A file the user may not write is
+refused, not renamed over (renaming needs only the folder's permission); "may not write" is read
+from the mode bits, since root passes every `os.access` check and would replace a read-only file.
 """
 
 from __future__ import annotations
@@ -118,6 +118,17 @@ def _mode_for(path: Path) -> int:
         return 0o666 & ~mask
 
 
+def _keep_owner(tmp: Path, path: Path) -> None:
+    """Give the new file the destination's owner and group, as far as the user may (root may give
+    any; others their own groups): a file root rewrote stays its owner's to write."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return  # a new file: its creator owns it
+    with contextlib.suppress(OSError):
+        os.chown(tmp, st.st_uid if os.geteuid() == 0 else -1, st.st_gid)
+
+
 class AtomicFile:
     """One destination file: `open()` makes the temporary file, `commit()` renames it over the
     destination, `discard()` removes it. `tmp` is the temporary path while one exists."""
@@ -149,6 +160,7 @@ class AtomicFile:
         assert self.tmp is not None, "commit() before open()"
         try:
             real = self.real
+            _keep_owner(self.tmp, real)
             os.chmod(self.tmp, _mode_for(real))
             fd = os.open(self.tmp, os.O_RDONLY)
             try:
