@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -277,3 +279,17 @@ def test_a_file_root_rewrites_keeps_its_owner(tmp_path, spec, capsys):
     st = target.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (1234, 2345, 0o640)
     assert "     term" not in target.read_text()
+
+
+@pytest.mark.parametrize("command", [["check"], ["fmt"], ["fmt", "--check"]])
+def test_a_folder_is_searched_for_regular_spec_files_only(tmp_path, command):
+    """A FIFO named a.shape in a checked folder made check and fmt wait forever; a link to
+    /dev/zero would never end; a folder named b.shape was 'cannot read'."""
+    os.mkfifo(tmp_path / "a.shape")
+    (tmp_path / "b.shape").mkdir()
+    (tmp_path / "z.shape").symlink_to("/dev/zero")
+    (tmp_path / "c.shape").write_text(SPEC)
+    proc = subprocess.run([sys.executable, "-m", "shapec.cli", *command, str(tmp_path)], capture_output=True,
+                          text=True, timeout=120)  # a hang fails the test instead of stalling the suite
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == ("1 file ok\n" if command == ["check"] else "")

@@ -141,8 +141,8 @@ def shape_files(paths: list[str]) -> list[Path]:
         path = Path(p)
         kind = path_kind(path)
         if kind == "dir":
-            try:
-                files.extend(sorted(path.rglob("*.shape")))
+            try:  # regular files only: reading a FIFO named x.shape would wait forever, /dev/zero never end
+                files.extend(f for f in sorted(path.rglob("*.shape")) if path_kind(f) == "file")
             except OSError as err:
                 raise UsageError(f"{printable(p)}: cannot list ({err.strerror or err})") from None
         elif kind == "file":
