@@ -35,7 +35,11 @@ def valid_key(k: Any) -> bool:
     """Whether k can name a group: not missing, null, empty ("", [], {}), NaN or infinite (1e999 and
     2e999 both read as inf, so an infinite key cannot tell two groups apart), nor a list or object
     holding NaN or an infinity, or nested past MAX_KEY_DEPTH."""
-    if k is MISSING or k is None or (isinstance(k, (str, bytes, list, dict)) and not k):
+    if type(k) in (str, bytes):  # the common case first: every row's key is checked
+        return bool(k)
+    if type(k) is float:
+        return math.isfinite(k)
+    if k is MISSING or k is None or (isinstance(k, (list, dict)) and not k):
         return False
     stack = [(k, 0)]
     while stack:
@@ -246,11 +250,14 @@ class _SeenKeys:
         self.first: dict[bytes, int] = {}  # digest of key_identity -> 1-based row where its group began
 
     def check(self, chunk: Chunk) -> None:
+        """Each group's key is that of its first row with a usable key (a group may have none)."""
         key = self.grouping.key
-        idx, change = key_runs(chunk.block, key)
-        if not len(idx):
+        usable = np.flatnonzero(~chunk.unknown)
+        if not len(usable):
             return
-        starts = np.concatenate([idx[:1], idx[1:][change]])
+        at = np.searchsorted(usable, chunk.offsets[:-1])
+        first = usable[np.minimum(at, len(usable) - 1)]
+        starts = first[(at < len(usable)) & (first < chunk.offsets[1:])]
         for row, k in zip(starts.tolist(), chunk.block.keys_at(key, starts)):
             digest = hashlib.blake2b(repr(key_identity(k)).encode("utf-8", "backslashreplace"),
                                      digest_size=16).digest()
