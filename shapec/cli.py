@@ -107,8 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ToolError) as err:  # a numeric option out of range (commands.number)
         print(f"shapec: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1
+    from .tools.atomic import Interrupted, sigterm_as_interrupt
+
     try:
-        return args.func(args)
+        with sigterm_as_interrupt():
+            return args.func(args)
+    except (KeyboardInterrupt, Interrupted) as err:  # run says more itself; fmt's files are whole either way
+        terminated = isinstance(err, Interrupted)
+        print(f"shapec {args.command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
+        return 143 if terminated else 130
     except UsageError as err:
         print(f"shapec: error: {err}", file=sys.stderr)
         return 2

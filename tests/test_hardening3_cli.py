@@ -293,3 +293,29 @@ def test_a_folder_is_searched_for_regular_spec_files_only(tmp_path, command):
                           text=True, timeout=120)  # a hang fails the test instead of stalling the suite
     assert (proc.returncode, proc.stderr) == (0, "")
     assert proc.stdout == ("1 file ok\n" if command == ["check"] else "")
+
+
+# ------------------------------------------------------------------ interruptions outside run
+@pytest.mark.parametrize("how, status, word", [("ctrl-c", 130, "interrupted"), ("sigterm", 143, "terminated")])
+def test_an_interrupted_fmt_is_one_line_and_leaves_its_files(tmp_path, capsys, monkeypatch, how, status, word):
+    """Ctrl-C printed a KeyboardInterrupt traceback in every command but run, and SIGTERM killed fmt
+    without removing its temporary file."""
+    import signal
+
+    from shapec.tools import fmt
+
+    target = tmp_path / "t.shape"
+    target.write_text(UNFORMATTED)
+    real = fmt.write_text
+
+    def stopped(path, text, *args, **kw):
+        if how == "ctrl-c":
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(path, text, *args, **kw)
+
+    monkeypatch.setattr(fmt, "write_text", stopped)
+    rc, stdout, err = cli(capsys, "fmt", target)
+    assert (rc, stdout, err) == (status, "", f"shapec fmt: {word}\n")
+    assert target.read_text() == UNFORMATTED and leftovers(tmp_path) == []
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
