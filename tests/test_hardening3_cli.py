@@ -319,3 +319,32 @@ def test_an_interrupted_fmt_is_one_line_and_leaves_its_files(tmp_path, capsys, m
     assert (rc, stdout, err) == (status, "", f"shapec fmt: {word}\n")
     assert target.read_text() == UNFORMATTED and leftovers(tmp_path) == []
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def _alias_bomb(levels: int) -> str:
+    """YAML whose nested aliases stand for 10**levels values in a few lines."""
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, levels)]
+    return "\n".join(lines) + f"\nlongest:\n  p: *a{levels - 1}\n"
+
+
+@pytest.mark.parametrize("source", ["config", "set", "meta"])
+def test_yaml_aliases_that_stand_for_too_many_values_are_refused(tmp_path, capsys, source):
+    """Nine lines of aliases (a billion values) made run walk them for ever, and a 10**6 one printed
+    every value in the error; a list that holds itself is refused the same way."""
+    spec = tmp_path / "longest.shape"
+    spec.write_text(SPEC)
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(1, 2))
+    config = tmp_path / "bomb.yaml"
+    config.write_text(_alias_bomb(9))
+    too_many = "the YAML stands for more than 1,000,000 values (its aliases repeat values, or a value holds itself)"
+    if source == "config":
+        args, where = ["run", spec, "--data", data, "--out", tmp_path / "o.jsonl", "--config", config], str(config)
+    elif source == "set":
+        args, where = ["run", spec, "--data", data, "--out", tmp_path / "o.jsonl", "--set", "p=&a [*a]"], \
+            "--set 'p=&a [*a]'"
+    else:
+        args, where = ["plot", "nemo_rl", "--out", tmp_path / "o.png", "--meta", "profile_band=&a {x: *a}"], \
+            "--meta profile_band"
+    rc, stdout, err = cli(capsys, *args, "--backend", "interpreter")
+    assert (rc, stdout, err) == (1, "", f"shapec: error: {where}: {too_many}; write the values out\n")

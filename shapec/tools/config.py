@@ -80,18 +80,41 @@ class ParamPlan:
         return dict(overrides[agent] or {})
 
 
+MAX_YAML_VALUES = 1_000_000  # far past any real config; a NeMo-RL one holds a few hundred
+
+
+def bounded(value: Any, where: str) -> None:
+    """Refuse a YAML value that stands for more values than MAX_YAML_VALUES: aliases repeat a value
+    without copying it, so nine lines of nested aliases make a billion values (and a list may hold
+    itself), which validating, or printing in an error, would walk for ever."""
+    stack, seen = [value], 0
+    while stack:
+        v = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise ToolError(f"{where}: the YAML stands for more than {MAX_YAML_VALUES:,} values (its aliases "
+                            "repeat values, or a value holds itself); write the values out")
+        if isinstance(v, dict):
+            stack.extend(v.keys())
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
 def yaml_value(text: str, where: str) -> Any:
     """One YAML value given on the command line (`--set`, `--meta`), or one error line: the YAML
     reader's own message spans lines with a snippet, and deep nesting exhausts Python's stack."""
     import yaml
 
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except RecursionError:
         raise ToolError(f"{where}: value is not valid YAML (nested too deeply)") from None
     except yaml.YAMLError as err:
         raise ToolError(f"{where}: value is not valid YAML ({getattr(err, 'problem', None) or 'unreadable'})") \
             from None
+    bounded(value, where)
+    return value
 
 
 def parse_set(items: list[str]) -> list[tuple[str, Any]]:
@@ -153,6 +176,7 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
         where = f"{printable(path)}:{mark.line + 1}:{mark.column + 1}" if mark is not None else printable(path)
         problem = getattr(err, "problem", None) or str(err)
         raise ToolError(f"{where}: not valid YAML: {problem}") from None
+    bounded(data, printable(path))
     if data is None:
         return
     if not isinstance(data, Mapping):
