@@ -348,3 +348,15 @@ def test_yaml_aliases_that_stand_for_too_many_values_are_refused(tmp_path, capsy
             "--meta profile_band"
     rc, stdout, err = cli(capsys, *args, "--backend", "interpreter")
     assert (rc, stdout, err) == (1, "", f"shapec: error: {where}: {too_many}; write the values out\n")
+
+
+def test_a_spec_diagnostic_names_its_file_on_one_line(tmp_path, capsys):
+    """The compiler's diagnostics escape a file name too: a line break or an escape code in it would
+    split the `file:line:col` line or drive the terminal."""
+    bad = tmp_path / "a\nb\x1b[31m.shape"
+    bad.write_text("shaper s() {\n  let x = 1 +\n}\n")
+    rc, stdout, err = cli(capsys, "check", str(bad))
+    assert rc == 1
+    head = f"{tmp_path}/a\\nb\\x1b[31m.shape:3:1: error[E101]: unexpected '}}'"
+    assert (stdout + err).splitlines()[0].startswith(head)
+    assert "\x1b" not in stdout + err

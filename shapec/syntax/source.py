@@ -5,6 +5,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from ..paths import printable
+
 
 @dataclass(frozen=True, slots=True)
 class Source:
@@ -77,7 +79,8 @@ class Diagnostic:
     def render(self) -> str:
         """`path:line:col: error[CODE]: message`, the source line, and a caret under the span."""
         line, col, end_line, end_col = self.location()
-        head = f"{self.path}:{line}:{col}: {self.severity}[{self.code}]: {self.message}"
+        # a file name or a message quoting one may hold a line break or an escape code: one line, as text
+        head = printable(f"{self.path}:{line}:{col}: {self.severity}[{self.code}]: {self.message}")
         src = self.span.source
         if src is None:
             return head
