@@ -100,3 +100,32 @@ def test_readme_main_job_leaves_git_status_clean(tmp_path):
 def test_every_documented_output_is_git_ignored(page, out):
     proc = subprocess.run(["git", "check-ignore", "-q", "--no-index", out], cwd=ROOT)
     assert proc.returncode == 0, f"{page}: `--out {out}` would show in git status; write it under out/"
+
+
+MY_FIRST = ('shaper brevity(coeff: float in [0, 1] = 0.1) requires binary produces real {\n'
+            '  input correct: bool\n  input length: tokens\n'
+            '  term pen = -coeff * length / max(length) on correct\n}\n')
+
+
+@pytest.mark.parametrize("command", ["run", "explain"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])
+def test_an_input_no_row_has_is_one_error_naming_the_fields_the_rows_have(tmp_path, capsys, command, suffix):
+    """A first spec reads `correct` from rollouts that call it `reward`: one line saying so, not a bad
+    row in every group."""
+    spec = tmp_path / "mine.shape"
+    spec.write_text(MY_FIRST)
+    data = ROOT / "examples" / "data" / "rollouts.jsonl"
+    if suffix == ".parquet":
+        import pyarrow.json as pj
+        import pyarrow.parquet as pq
+
+        pq.write_table(pj.read_json(data).select(["prompt_id", "reward", "length"]), tmp_path / "r.parquet")
+        data = tmp_path / "r.parquet"
+    out = ["--out", str(tmp_path / "o.jsonl")] if command == "run" else []
+    assert main([command, str(spec), "--backend", "interpreter", "--data", str(data), *out]) == 1
+    err = capsys.readouterr().err
+    fields = ("prompt_id, sample, reward, reasoning, answer, low_effort, profile_band, profile_band.total"
+              if suffix == ".jsonl" else "prompt_id, reward, length")
+    assert err.endswith("error: input 'correct' (`input correct: bool`): no row of the first 48 has this field; "
+                        f"the rows have {fields}\n"), err
+    assert not (tmp_path / "o.jsonl").exists()

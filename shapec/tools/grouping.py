@@ -177,12 +177,17 @@ def _check_key_present(block, grouping: Grouping, rows: int) -> bool:
         return False
     if block.has_field(grouping.key):
         return True
+    raise absent_field(block, grouping.key, f"group key {grouping.key!r} ({grouping.source})", rows)
+
+
+def absent_field(block, name: str, what: str, rows: int) -> ToolError:
+    """A field no row of a readable block has: a typo or a file of another shape, named with the
+    closest field the rows have, or the first of them."""
     names = block.field_names()
-    close = difflib.get_close_matches(grouping.key, names, n=1, cutoff=0.5)
+    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
     fields = ", ".join(map(printable, names[:8])) or "no fields"
     hint = f"; did you mean {close[0]!r}?" if close else f"; the rows have {fields}"
-    raise ToolError(f"group key {grouping.key!r} ({grouping.source}): no row of the first {rows} has "
-                    f"this field{hint}")
+    return ToolError(f"{what}: no row of the first {rows} has this field{hint}")
 
 
 def _too_long(grouping: Grouping, block, base: int, start: int, chunk_rows: int) -> ToolError:

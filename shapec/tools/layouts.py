@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
-from .grouping import Chunk
+from .grouping import Chunk, absent_field
 from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, is_list_type, got as _got
 
 UNITS = ("tokens", "chars", "seconds", "calls")
@@ -113,8 +113,22 @@ class FlatLayout:
 
     def __init__(self, agent_key: str | None = None):
         self.agent_key = agent_key
+        self.fields_seen = False
+
+    def check_fields(self, chunk: Chunk, inputs) -> None:
+        """The reward and each input of the spec read the field of their own name: one that no row of
+        the first readable chunk has is a file of another shape, not a bad row in every group."""
+        block = chunk.block
+        if self.fields_seen or not block.readable():
+            return
+        self.fields_seen = True
+        for name, typ in [("reward", "reward"), *inputs]:
+            if not block.has_field(name):
+                what = "reward" if name == "reward" else f"input {name!r} (`input {name}: {typ}`)"
+                raise absent_field(block, name, what, chunk.base + len(block))
 
     def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
+        self.check_fields(chunk, inputs)
         errors: dict[int, RowError] = {}
         block = chunk.block
         starts = chunk.offsets[:-1]
