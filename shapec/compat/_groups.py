@@ -65,12 +65,23 @@ def spec_metas(shaper: CompiledShaper) -> list[str]:
     return list(dict.fromkeys(meta.name for stage, _ in shaper.stages for meta in stage.metas))
 
 
+def _group_identity(key: Any, i: int) -> Hashable:
+    """A key as the group it names: numpy and torch scalars as their Python value, a bool apart from
+    the numbers (Python's True == 1 would merge two groups), a NaN refused (it equals nothing, so each
+    NaN would be a group of its own)."""
+    if isinstance(key, np.generic) or (hasattr(key, "item") and getattr(key, "shape", None) == ()):
+        key = key.item()  # a 0-d array or tensor hashes by identity: each would be a group of its own
+    if isinstance(key, float) and key != key:
+        raise ValueError(f"group key of rollout {i} is NaN; a group key names one prompt group")
+    return ("bool", key) if isinstance(key, bool) else key
+
+
 def group_order(keys: Sequence[Hashable]) -> tuple[np.ndarray, np.ndarray]:
     """The permutation that puts each group's rollouts together (stable), and the group offsets."""
     members: dict[Hashable, list[int]] = {}
     for i, key in enumerate(keys):
         try:
-            members.setdefault(key, []).append(i)
+            members.setdefault(_group_identity(key, i), []).append(i)
         except TypeError:
             raise ValueError(f"group key of rollout {i} is {show(key)}; a group key is a hashable value "
                              f"(a uid string, a prompt number)") from None
