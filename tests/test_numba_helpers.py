@@ -107,6 +107,13 @@ def test_order_statistics_on_a_sorted_selection_match_reduce_values(op, extras):
         assert same(got, interp.reduce_values(op, np.array(values), (extra,))), (op, values, extra)
 
 
+def test_pow_is_np_power_with_nan_for_a_negative_base_and_a_fractional_exponent():
+    with np.errstate(all="ignore"):
+        for a, b in itertools.product(NUMBERS, NUMBERS):
+            assert same(h.k_pow(a, b), float(np.power(np.float64(a), np.float64(b)))), (a, b)
+        assert math.isnan(h.k_pow(-8.0, 0.5))
+
+
 def test_every_helper_is_tested_here_and_emitted_under_njit():
     called = set(re.findall(r"\bh\.(k_[a-z_]+)\(", Path(__file__).read_text()))
     tested = called | {f"red_{op}" for op in REDUCTIONS} | {f"srt_{op}" for op, _ in ORDER_STATISTICS}

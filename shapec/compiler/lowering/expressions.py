@@ -122,7 +122,7 @@ class Expressions:
         if op == "bin":
             if node.attr not in BIN_OPS:
                 raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
-            return f"({a[0]} {node.attr} {a[1]})"
+            return f"k_pow({a[0]}, {a[1]})" if node.attr == "**" else f"({a[0]} {node.attr} {a[1]})"
         defined = [self.defined(x) for x in _operands(node)] if op in DEFINED_FORMS else []
         if op == "cmp":
             if all(defined):

@@ -66,6 +66,13 @@ def k_sqrt(x):
     return np.sqrt(x) if x >= 0.0 else nan
 
 
+def k_pow(a, b):
+    """a ** b as np.power (nan for a negative base and a fractional exponent). Written inline as
+    `a ** b`, numba folds a power of two constants with Python's `**`, a complex number there, and
+    the kernel does not compile; a call's arguments are never folded."""
+    return np.power(a, b)
+
+
 def k_flag(b):
     return 1.0 if b else 0.0
 
