@@ -40,3 +40,15 @@ def test_a_power_of_constants_with_a_negative_base_compiles_on_numba_and_is_miss
         assert out.metrics == {"m": 7.0}
     assert outs[1].rewards.tobytes() == outs[0].rewards.tobytes()
     assert "k_pow(" in emit_python(shapec.compile_str(CONSTANT_POWERS, "t.shape", "interpreter").ir("s"))
+
+
+# ------------------------------------------------------------------ numbers are ASCII, like names
+@pytest.mark.parametrize("number, digit", [("１２", "１"), ("٣", "٣"), ("1٣.5", "٣"), ("2 * १", "१")])
+def test_a_number_with_a_digit_outside_0_to_9_is_e102_at_that_digit(number, digit):
+    """NUMBER was \\d, any Unicode digit: '１２' and '٣' checked as 12 and 3, though a name with a
+    fullwidth letter is refused and Python reads neither as a number."""
+    text = f"shaper s() produces real {{\n  term t = {number}\n}}\n"
+    [d] = shapec.check_source(text, "f.shape")
+    assert (d.code, d.location()[:2]) == ("E102", (2, 12 + number.index(digit)))
+    assert d.message == f"unexpected character {digit!r}; numbers are written with the digits 0-9"
+    assert shapec.check_source(text.replace(number, "12"), "f.shape") == []

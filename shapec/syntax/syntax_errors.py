@@ -181,6 +181,8 @@ def syntax_error(lark: Lark, src: Source, err: UnexpectedInput) -> Diagnostic:
         message = f"unexpected character {ch!r}"
         if ch in _FOREIGN_CHARACTERS:
             message += f"; {_FOREIGN_CHARACTERS[ch]}"
+        elif ch.isdigit():
+            message += "; numbers are written with the digits 0-9"
         if ch == '"':
             message = "unterminated string: a string ends on the line it starts (write a line break as \\n)"
         return Diagnostic("E102", message, Span(src, err.pos_in_stream, err.pos_in_stream + 1))
