@@ -13,7 +13,7 @@ from typing import Callable
 from ..syntax import ast as A
 from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
-from .check_common import BAD, const_num, suggest
+from .check_common import BAD, MAX_EXACT_INT, finite_const, suggest
 from .imports import bound_name
 from .ir import LEVEL_NAMES, POISON, Node, ParamSpec, PipelineIR, ShaperIR
 from .ir_depth import deep_expressions
@@ -136,7 +136,9 @@ class Checker:
             return BAD
         if spec.kind == "band":
             if isinstance(expr, A.BandLit):
-                vals = [const_num(x) for x in (expr.a, expr.b, expr.f)]
+                vals = [finite_const(x, self.error) for x in (expr.a, expr.b, expr.f)]
+                if BAD in vals:
+                    return BAD
                 if None in vals:
                     self.error("E308", "band values must be constants", expr.span)
                     return BAD
@@ -150,12 +152,16 @@ class Checker:
                 return expr.value
             self.error("E604", f"param {spec.name!r} takes true or false", expr.span)
             return BAD
-        value = const_num(expr)
+        value = finite_const(expr, self.error)
+        if value is BAD:
+            return BAD
         if value is None:
             self.error("E308", f"param {spec.name!r} needs a constant number", expr.span)
             return BAD
-        if spec.kind == "int" and value != int(value):
-            self.error("E604", f"param {spec.name!r} is an int", expr.span)
+        if spec.kind == "int" and (value != int(value) or abs(value) > MAX_EXACT_INT):
+            whole = value == int(value)
+            self.error("E604", f"param {spec.name!r} is an int" + (f" within +-{MAX_EXACT_INT} (2**53)" if whole else ""),
+                       expr.span)
             return BAD
         if not _in_range(value, spec):
             self.error("E602", f"{value:g} is outside the range of param {spec.name!r}{_range_text(spec)}", expr.span)

@@ -11,6 +11,7 @@ from .ir import Node
 
 NUM, BOOL = "num", "bool"
 INF = math.inf
+MAX_EXACT_INT = 2 ** 53  # the largest int params reach: float64 (the kernels' params array) holds every int up to it
 
 
 @dataclass
@@ -40,6 +41,17 @@ def const_num(e: A.Expr) -> float | None:
                 return None
             return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[op]
     return None
+
+
+def finite_const(e: A.Expr, error) -> float | None | Bad:
+    """const_num where a constant is required (defaults, call params, bounds, bands, state): arithmetic
+    past float64 (`1e308 * 10`, inf - inf) is E107 and BAD, never an inf or nan that later checks,
+    pydantic and the kernels each read their own way."""
+    value = const_num(e)
+    if value is not None and not math.isfinite(value):
+        error("E107", f"this constant comes to {value}, not a finite number (the largest is about 1.8e308)", e.span)
+        return BAD
+    return value
 
 
 def suggest(name: str, options) -> str:

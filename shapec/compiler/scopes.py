@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .check_common import BAD, BOOL, INF, NUM, Binding, const_num, suggest
+from .check_common import BAD, BOOL, INF, MAX_EXACT_INT, NUM, Binding, finite_const, suggest
 from .ir import GROUP, PARAM, POISON, ROLLOUT, UNITS, MetaSpec, Node, ParamSpec, Type
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS
@@ -61,24 +61,12 @@ class ScopesPass:
             return
         kind = t.name if t.name in ("int", "bool", "band", "enum") else "float"
         unit = t.name if t.name in UNITS else None
-        lo = hi = None
-        lo_strict = hi_strict = False
-        c = prm.constraint
-        if c is not None:
-            a = const_num(c.lo)
-            b = const_num(c.hi) if c.hi is not None else None
-            if a is None or (c.hi is not None and b is None):
-                self.error("E308", "param bounds must be constant numbers", c.span)
-            elif c.op == "in":
-                lo, hi = a, b
-            elif c.op in (">=", ">"):
-                lo, lo_strict = a, c.op == ">"
-            elif c.op in ("<=", "<"):
-                hi, hi_strict = a, c.op == "<"
-            else:
-                self.error("E302", f"a param bound uses >=, >, <=, < or in [lo, hi], not {c.op!r}", c.span)
+        for k, member in enumerate(t.members):
+            if member in t.members[:k]:
+                self.error("E202", f"enum member {member!r} is listed twice", t.span)
+                break
         spec = ParamSpec(prm.name, kind, unit, None, prm.default is None and not t.optional, t.optional,
-                         lo, lo_strict, hi, hi_strict, t.members)
+                         *self.bounds(prm.name, kind, prm.constraint), t.members)
         if prm.default is not None:
             value = self.p.const_value(prm.default, spec)
             spec = replace(spec, default=None if value is BAD else value)
@@ -95,6 +83,39 @@ class ScopesPass:
             node = Node("ref", (), Type(BOOL if kind == "bool" else NUM, PARAM, unit, maybe_missing=t.optional),
                         ("param", prm.name), prm.span)
         self.env[prm.name] = Binding(node, "param")
+
+    def bounds(self, name: str, kind: str, c: A.Constraint | None) -> tuple:
+        """(lo, lo_strict, hi, hi_strict) of a param: finite constants, on a number param, that some
+        value meets (an int's whole and exact in a float64), else a diagnostic and no bound."""
+        none = (None, False, None, False)
+        if c is None:
+            return none
+        if kind not in ("int", "float"):
+            self.error("E302", f"param {name!r} is {'an' if kind == 'enum' else 'a'} {kind}; only number "
+                       "params take a bound", c.span)
+            return none
+        a = finite_const(c.lo, self.error)
+        b = finite_const(c.hi, self.error) if c.hi is not None else None
+        if BAD in (a, b):
+            return none
+        if a is None or (c.hi is not None and b is None):
+            self.error("E308", "param bounds must be constant numbers", c.span)
+            return none
+        if kind == "int" and any(x is not None and (x != int(x) or abs(x) > MAX_EXACT_INT) for x in (a, b)):
+            self.error("E302", f"param {name!r} is an int; its bounds are whole numbers within "
+                       f"+-{MAX_EXACT_INT} (2**53)", c.span)
+            return none
+        if c.op == "in":
+            if not a <= b:
+                self.error("E602", f"the range [{a:g}, {b:g}] of param {name!r} holds no value", c.span)
+                return none
+            return a, False, b, False
+        if c.op in (">=", ">"):
+            return a, c.op == ">", None, False
+        if c.op in ("<=", "<"):
+            return None, False, a, c.op == "<"
+        self.error("E302", f"a param bound uses >=, >, <=, < or in [lo, hi], not {c.op!r}", c.span)
+        return none
 
     def meta(self, st: A.Meta) -> MetaSpec | None:
         mt = st.type

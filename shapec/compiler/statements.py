@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
-from .check_common import BOOL, NUM, Binding, const_num
+from .check_common import BAD, BOOL, NUM, Binding, finite_const
 from .ir import BATCH, GROUP, PARAM, POISON, ROLLOUT, Node, ParamSpec, ShaperIR, Step, Type
 from .ordering import CONTRACTS, OrderingPass
 from .scopes import ScopesPass
@@ -182,10 +182,12 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     steps.append(Step("clamp", f"clamp{sum(1 for s_ in steps if s_.kind == 'clamp')}",
                                       node, on_n, when_n))
                 case A.State(name=name, type=typ, init=init, update=upd):
-                    value = const_num(init)
+                    value = finite_const(init, self.error)
                     if typ not in ("float", "int"):
                         self.error("E305", f"state {name!r} must be float or int", st.span)
-                    if value is None:
+                    if value is BAD:
+                        value = 0.0
+                    elif value is None:
                         self.error("E308", f"state {name!r} needs a constant initial value", init.span)
                         value = 0.0
                     ref = Node("ref", (), Type(NUM, BATCH), ("state", name), st.span)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .check_common import BOOL, NUM, const_num, suggest
+from .check_common import BAD, BOOL, NUM, finite_const, suggest
 from .ir import BATCH, CONST, GROUP, POISON, ROLLOUT, UNITS, MetaSpec, Node, Type
 
 REDUCTIONS = {
@@ -122,8 +122,8 @@ class TypesPass:
                 parts = [self.expr(x) for x in (a, b, f)]
                 if any(p.ty is POISON for p in parts):
                     return Node("poison", (), POISON, span=e.span)
-                consts = [const_num(x) for x in (a, b, f)]
-                if None not in consts and not self.p.check_band(*consts, e.span):
+                consts = [finite_const(x, self.error) for x in (a, b, f)]
+                if BAD in consts or (None not in consts and not self.p.check_band(*consts, e.span)):
                     return Node("poison", (), POISON, span=e.span)
                 lv = self.combine(*(p.ty for p in parts), span=e.span)
                 if lv is None:
