@@ -106,3 +106,10 @@ def test_int_params_at_the_edge_still_check_and_run():
     out = shapec.compile_str(text, "f.shape", "interpreter").s([0.0], group_size=1, channels={"length": [1]},
                                                                  params={"x": 3})
     assert out.rewards.tolist() == [1.0]
+
+
+def test_an_int_state_starts_at_a_whole_number():
+    text = SHAPER.format(params="", body="  state st: int = 0.5 update st\n", tail="")
+    [d] = shapec.check_source(text, "f.shape")
+    assert (d.code, d.location()[:2], d.message) == ("E604", (4, 19), "state 'st' is an int; its initial value 0.5 is not")
+    assert shapec.check_source(text.replace("0.5", "2"), "f.shape") == []

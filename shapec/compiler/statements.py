@@ -187,6 +187,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                         self.error("E305", f"state {name!r} must be float or int", st.span)
                     if value is BAD:
                         value = 0.0
+                    elif typ == "int" and value is not None and value != int(value):
+                        self.error("E604", f"state {name!r} is an int; its initial value {value:g} is not", init.span)
                     elif value is None:
                         self.error("E308", f"state {name!r} needs a constant initial value", init.span)
                         value = 0.0
