@@ -144,3 +144,28 @@ def test_env_reward_is_the_pipeline_entry_reward_in_every_stage():
     assert out.stage("grpo_advantage").reward_in.tolist() == [1.0, 0.5]
     assert out.gates["grpo_advantage.all_correct"] == ["open"]
     assert out.rewards.tolist() == [0.25, -0.25]
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_a_shaper_that_comes_back_is_a_stage_of_its_own(backend):
+    """`a >> a(w=2) >> b >> a`: each a keeps its own state, metrics and params; under one stage name
+    they shared one state (it rose by 3 a call) and the last copy's metrics overwrote the others'."""
+    pipe = shapec.compile_str(src("""
+        shaper a(w: float = 1) produces real {
+          state st: float = 0 update st + 1
+          term t = w
+          metric m = batch.mean(t)
+        }
+        shaper b() produces real {
+          result = reward * 2
+        }
+        pipeline p = a >> a(w=2) >> b >> a
+    """), backend=backend).p
+    out = pipe([0.0, 1.0], group_size=2)
+    assert out.rewards.tolist() == [7.0, 9.0]
+    assert [s.name for s in out.stages] == ["a", "a#2", "b", "a#3"]
+    assert out.metrics == {"a.m": 1.0, "a#2.m": 2.0, "a#3.m": 1.0}
+    assert pipe.state_dict() == {"a": {"st": 1.0}, "a#2": {"st": 1.0}, "a#3": {"st": 1.0}}
+    out = pipe([0.0, 1.0], group_size=2, params={"a#2": {"w": 5}})
+    assert out.rewards.tolist() == [13.0, 15.0]
+    assert pipe.state_dict() == {"a": {"st": 2.0}, "a#2": {"st": 2.0}, "a#3": {"st": 2.0}}

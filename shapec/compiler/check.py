@@ -7,7 +7,7 @@ them); the property analysis of `ensure` clauses is shapec/analysis/.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from ..syntax import ast as A
@@ -121,7 +121,7 @@ class Checker:
         ok = stage_order(self, stages) and ok
         if not ok:
             return None
-        return PipelineIR(p.name, tuple((s, a) for s, a, _ in stages), source, filename)
+        return PipelineIR(p.name, _distinct_stage_names([(s, a) for s, a, _ in stages]), source, filename)
 
     def const_value(self, expr: A.Expr, spec: ParamSpec):
         """Evaluate a constant call argument or default against a param's declared type."""
@@ -218,3 +218,17 @@ def check_module(mod: A.Module, source: str, filename: str, loader=None) -> Chec
 
 
 __all__ = ["check_module", "CheckedModule", "Checker", "ShaperChecker", "REDUCTIONS", "LEVEL_NAMES"]
+
+
+def _distinct_stage_names(stages: list[tuple[ShaperIR, dict]]) -> tuple[tuple[ShaperIR, dict], ...]:
+    """A shaper that comes back in a pipeline is a stage of its own: `a >> b >> a` has stages a, b and
+    a#2. State, params, metrics and results are kept by stage name, so two stages under one name
+    would share one state and overwrite each other's metrics. `#` is in no shaper's name."""
+    seen: dict[str, int] = {}
+    out = []
+    for shaper, args in stages:
+        seen[shaper.name] = seen.get(shaper.name, 0) + 1
+        if seen[shaper.name] > 1:
+            shaper = replace(shaper, name=f"{shaper.name}#{seen[shaper.name]}")
+        out.append((shaper, args))
+    return tuple(out)
