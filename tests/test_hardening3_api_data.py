@@ -175,3 +175,31 @@ def test_normalize_std_must_be_a_bool_not_a_truthy_string():
 def test_raw_rewards_are_named_as_passed(function):
     with pytest.raises(BatchError, match=r"^raw_rewards: NaN at index 1; expected a number$"):
         function([1.0, 0.0], [1.0, math.nan], group_size=2)
+
+
+BOOLS = src("""
+    shaper s() produces real {
+      input flag: bool
+      meta m: bool
+      meta h: list(ok: bool, x: float)
+      term a = 1 when flag
+      term b = 10 when m
+      term c = 100 * count(h.ok)
+    }
+""")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+@pytest.mark.parametrize("value", [0.5, -1.0, 2.0, 1.0])
+def test_a_bool_is_any_non_zero_number_in_inputs_metadata_and_list_items(backend, value):
+    """One rule wherever a bool is read: an input of 0.5 was true while metadata or a list item of 0.5
+    was neither true nor false (the term was dropped, the item not counted), on both paths."""
+    shaper = compile_str(BOOLS, backend=backend).s
+    general = shaper([0.0, 0.0], group_size=2, channels={"flag": [value, 0]},
+                     metadata={"m": [value], "h": [{"ok": [value, 1], "x": [1.0, 2.0]}]})
+    lane = shaper(np.zeros(2), group_size=2, channels={"flag": np.array([value, 0.0])},
+                  metadata={"m": np.array([value]),
+                            "h": {"offsets": np.array([0, 2]), "ok": np.array([value, 1.0]), "x": np.array([1.0, 2.0])}})
+    assert general.rewards.tolist() == lane.rewards.tolist() == [211.0, 210.0]
+    missing = shaper([0.0, 0.0], group_size=2, channels={"flag": [0, 0]}, metadata={"m": [None], "h": [None]})
+    assert missing.rewards.tolist() == [0.0, 0.0]  # an absent bool stays missing: the term is not applied

@@ -68,10 +68,17 @@ def _hint(key: Any, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def as_flags(arr: np.ndarray) -> np.ndarray:
+    """A bool column as the kernels read it: any non-zero number is true (1), NaN stays missing.
+    One rule for inputs, metadata and list items, so 0.5 is true wherever a bool is read."""
+    return np.where(np.isnan(arr), math.nan, (arr != 0).astype(np.float64))
+
+
 def _checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
-    """Finite values (NaN allowed where it means missing), >= 0 for a unit, whole for an int."""
+    """Finite values (NaN allowed where it means missing), >= 0 for a unit, whole for an int, and a
+    bool as 0/1 (as_flags)."""
     if clean(arr, typ in UNITS, allow_nan, typ == "int"):
-        return arr
+        return as_flags(arr) if typ == "bool" else arr
     if allow_nan:
         finite(name, np.where(np.isnan(arr), 0.0, arr), typ if typ in UNITS else None)
     else:
@@ -81,7 +88,7 @@ def _checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> n
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
             raise BatchError(f"{name}: index {i}: expected an integer, got {arr[i]!r}")
-    return arr
+    return as_flags(arr) if typ == "bool" else arr
 
 
 def make_batch(
@@ -127,10 +134,7 @@ def channel_arrays(channels: Mapping[str, Any], inputs_needed: tuple[tuple[str, 
             unknown = "".join(f"; got unknown channel {k!r}{_hint(k, names)}" for k in extra)
             raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout){unknown}")
         label = f"channels[{name!r}]"
-        arr = _checked(label, numeric(label, channels[name], n), typ)
-        if typ == "bool":
-            arr = (arr != 0).astype(np.float64)
-        inputs[name] = arr
+        inputs[name] = _checked(label, numeric(label, channels[name], n), typ)
     return inputs
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..compiler.ir import UNITS, ShaperIR
 from ..compiler.kernel import EMPTY
-from .batch import no_bands
+from .batch import as_flags, no_bands
 from .params import param_arrays, remember, seen_key
 from .validate import compiled_checks
 
@@ -67,7 +67,8 @@ class FastLane:
                                                     [(f, *_column(slot, f"{m.name}.{f}", t)) for f, t in m.fields])))
             else:
                 self.metas.append((m.name, m.kind, (slot.get(("list_offsets", m.name)),
-                                                    [(f, t in UNITS, t == "int", slot.get(("list_field", (m.name, f))))
+                                                    [(f, t in UNITS, t == "int", t == "bool",
+                                                      slot.get(("list_field", (m.name, f))))
                                                      for f, t in m.fields])))
         self.states = tuple(s for s, _ in ir.states)
         self.state_slot = slot.get(("state", None))
@@ -182,7 +183,7 @@ class FastLane:
             raise _Aside
         return off
 
-    def _field(self, values: list, band: bool, nonneg: bool, whole: bool, i, value, G: int) -> None:
+    def _field(self, values: list, band: bool, nonneg: bool, whole: bool, boolean: bool, i, value, G: int) -> None:
         """A scalar metadata column (NaN: missing for that group) or a band column, as batch._load_field."""
         if band:
             if value is None:
@@ -199,6 +200,8 @@ class FastLane:
             table = _vector(value, G, _F64)
             if not self.checks.clean_values(table, nonneg, True, whole):
                 raise _Aside
+            if boolean:
+                table = as_flags(table)
         if i is not None:
             values[i] = table
 
@@ -223,7 +226,7 @@ class FastLane:
             raise _Aside
         clean = self.checks.clean_values
         total = None
-        for fname, nonneg, whole, i in fields:
+        for fname, nonneg, whole, boolean, i in fields:
             column = value.get(fname)
             if total is None and type(column) is np.ndarray:
                 total = len(column)
@@ -231,7 +234,7 @@ class FastLane:
             if not clean(arr, nonneg, False, whole):
                 raise _Aside
             if i is not None:
-                values[i] = arr
+                values[i] = as_flags(arr) if boolean else arr
         off = _vector(value["offsets"], G + 1, _I64)
         if not self.checks.clean_offsets(off, total):
             raise _Aside
@@ -240,6 +243,6 @@ class FastLane:
 
 
 def _column(slot: dict, path: str, typ: str) -> tuple:
-    """(band?, non-negative?, whole?, kernel slot) of a metadata column."""
+    """(band?, non-negative?, whole?, bool?, kernel slot) of a metadata column."""
     source = "band" if typ == "band" else "meta"
-    return (typ == "band", typ in UNITS, typ == "int", slot.get((source, path)))
+    return (typ == "band", typ in UNITS, typ == "int", typ == "bool", slot.get((source, path)))
