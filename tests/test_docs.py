@@ -85,3 +85,15 @@ def test_lexer_is_registered_and_lexes_every_stdlib_spec_without_errors():
     for path in sorted((ROOT / "shapec" / "stdlib").glob("*.shape")):
         bad = [value for token, value in lexer.get_tokens(path.read_text()) if token is Error]
         assert bad == [], (path.name, bad[:5])
+
+
+def test_docgen_reads_its_command_line(tmp_path, capsys):
+    """`--help` was taken for the docs folder (a traceback writing --help/errors.md)."""
+    with pytest.raises(SystemExit) as stop:
+        docgen.main(["--help"])
+    assert stop.value.code == 0 and "regenerate errors.md" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as stop:
+        docgen.main([str(tmp_path / "nope")])
+    assert stop.value.code == 2 and "not a folder" in capsys.readouterr().err
+    assert docgen.main([str(tmp_path)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(docgen.PAGES)

@@ -139,8 +139,15 @@ PAGES = {"errors.md": errors_page, "stdlib.md": stdlib_page, "cli-options.md": c
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    docs = Path(args[0]) if args else Path(__file__).resolve().parents[2] / "docs"
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m shapec.tools.docgen",
+                                     description=f"regenerate {', '.join(PAGES)} from the code")
+    parser.add_argument("docs", nargs="?", type=Path, default=Path(__file__).resolve().parents[2] / "docs",
+                        help="the docs folder (default: the checkout's docs/)")
+    docs = parser.parse_args(argv).docs
+    if not docs.is_dir():
+        parser.error(f"{docs}: not a folder")
     for name, make in PAGES.items():
         (docs / name).write_text(make())
         print(f"wrote {docs / name}")
