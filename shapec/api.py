@@ -105,6 +105,10 @@ class CompiledModule:
     def names(self) -> tuple[str, ...]:
         return tuple(self._irs)
 
+    def imported_files(self) -> tuple[Path, ...]:
+        """Every spec file this module's imports read, nested ones too (as resolved, links followed)."""
+        return tuple(dict.fromkeys(t.real for t in self._imports.values()))
+
     def ir(self, name: str):
         return self._irs[name]
 

@@ -360,3 +360,23 @@ def test_a_spec_diagnostic_names_its_file_on_one_line(tmp_path, capsys):
     head = f"{tmp_path}/a\\nb\\x1b[31m.shape:3:1: error[E101]: unexpected '}}'"
     assert (stdout + err).splitlines()[0].startswith(head)
     assert "\x1b" not in stdout + err
+
+
+@pytest.mark.parametrize("command", ["run", "plot"])
+def test_no_output_is_a_spec_the_spec_imports(tmp_path, capsys, command):
+    """--out reaching an imported helper spec through a link would have replaced it with rows or a
+    picture: the command reads it, so it is refused like the spec itself, and the helper is kept."""
+    helper = tmp_path / "helper.shape"
+    helper.write_text("shaper h() produces real {\n  term t = 1\n}\n")
+    spec = tmp_path / "main.shape"
+    spec.write_text('import "helper.shape"\npipeline p = helper.h\n')
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt_id": "a", "reward": 1}\n{"prompt_id": "a", "reward": 0}\n')
+    out = tmp_path / "out.jsonl"
+    out.symlink_to(helper)
+    before = helper.read_bytes()
+    extra = ["--data", data] if command == "run" else []
+    rc, _, err = cli(capsys, command, spec, "--backend", "interpreter", *extra, "--out", out)
+    assert rc == 2
+    assert err == f"shapec {command}: cannot write {out}: --out is a spec the spec imports ({helper})\n"
+    assert helper.read_bytes() == before and out.is_symlink()

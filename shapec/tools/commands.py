@@ -174,11 +174,13 @@ def _need_file(path: str | None, what: str) -> Path | None:
     return p
 
 
-def _reads(args, data: Path | None) -> list[tuple[Path, str]]:
-    """The files a command reads, which no output of it may be under any name."""
+def _reads(args, data: Path | None, module=None) -> list[tuple[Path, str]]:
+    """The files a command reads, which no output of it may be under any name: the spec, the specs
+    it imports (once the module is loaded), the config and the data."""
     from .spec import spec_path
 
     files = [(spec_path(args.spec), "the spec file")]
+    files += [(path, "a spec the spec imports") for path in (module.imported_files() if module else ())]
     files += [(Path(args.config), "the config file")] if args.config else []
     return files + ([(data, "the input file")] if data else [])
 
@@ -243,14 +245,14 @@ def cmd_run(args) -> int:
     data = _need_file(args.data, "--data")
     try:
         with sigterm_as_interrupt():
-            _, shaper, plan = _setup(args)
+            module, shaper, plan = _setup(args)
             layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)
             engine = None
             if args.engine == "ray":
                 from .ray_engine import shape_chunks as engine
             report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
                               args.on_bad_row, progress=not args.no_progress, engine=engine,
-                              breakdown=args.breakdown, reads=tuple(_reads(args, None)))
+                              breakdown=args.breakdown, reads=tuple(_reads(args, None, module)))
     except OutputError as err:
         print(f"shapec run: {err}", file=sys.stderr)
         return 2
@@ -281,7 +283,8 @@ def cmd_plot(args) -> int:
     args.backend = args.backend or SMALL_INPUTS_BACKEND
     try:
         refuse_overwriting([(Path(args.out), "--out")], _reads(args, data))
-        _, shaper, plan = _setup(args)
+        module, shaper, plan = _setup(args)
+        refuse_overwriting([(Path(args.out), "--out")], _reads(args, data, module))
         layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
         plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,
              data=data, layout=layout, grouping=grouping, metas=args.metas)
