@@ -4,6 +4,7 @@ diagnostic with a position, or passes. Depths up to MAX_EXPR_DEPTH always check 
 from __future__ import annotations
 
 import inspect
+import subprocess
 import sys
 
 import pytest
@@ -143,3 +144,28 @@ def test_escapes_decode_and_round_trip_through_the_formatter(literal, value):
 def test_several_literal_errors_are_reported_together():
     text = spec('metric "\\q" = 1e999\n  metric "\0" = 2')
     assert [d.code for d in check_source(text, "f.shape")] == ["E105", "E107", "E106"]
+
+
+def _let_chain(first: str, step: str, last: str, header: str = "shaper s() requires binary produces unit {") -> str:
+    """30 lets, each using the one before twice: 2**30 paths from the last let to the first."""
+    lines = [header, "  input length: tokens", "  gate right = reward > 0", f"  let a0 = {first}"]
+    lines += [f"  let a{i + 1} = {step.format(p=f'a{i}')}" for i in range(30)]
+    return "\n".join([*lines, f"  {last}", "}"]) + "\n"
+
+
+@pytest.mark.parametrize("name, text, codes", [
+    # the range analysis and the {0, 1} value sets walked every path through the lets
+    ("values", _let_chain("length > 3 ? 0 : 1", "{p} * {p}", "factor f = a30",
+                          "shaper s() requires binary produces binary {"), []),
+    ("range", _let_chain("float(length)", "{p} * {p} / max({p})", "term t = -a30",
+                         "shaper s() produces real {"), []),
+    ("ratio", _let_chain("float(length)", "{p} + {p}", "factor f = 1 - alpha * a30 / max(a30) on right",
+                         "shaper s(alpha: float = 0.5) requires binary produces unit {"), ["E503"]),
+])
+def test_lets_shared_along_many_paths_are_checked_once_each(name, text, codes):
+    """Each analysis visits a let once, however many expressions reach it: these specs checked in
+    2**30 steps (a pre-commit hook that never returns). Run apart, so a regression fails by its
+    time-out instead of hanging the suite."""
+    code = f"import shapec; print([d.code for d in shapec.check_source({text!r}, 'spec.shape')])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == repr(codes)

@@ -21,6 +21,17 @@ class Binding:
     defn: Node | None = None  # the defining expression, for range and implication analysis
 
 
+def memoised(owner, table: str, node: Node, compute):
+    """compute() once per node object (kept in owner's dict `table`). A name (`let`, `channel`) is
+    walked through to its definition, so without this a chain of lets that each use the one before
+    twice would be walked once per path: 2**30 times for 30 lets."""
+    memo = owner.__dict__.setdefault(table, {})
+    hit = memo.get(id(node))
+    if hit is None or hit[0] is not node:
+        hit = memo[id(node)] = (node, compute())
+    return hit[1]
+
+
 class Bad:
     pass
 

@@ -18,6 +18,7 @@ import itertools
 import math
 from typing import TYPE_CHECKING
 
+from .check_common import memoised
 from .intervals import arith
 from .ir import UNITS, Node
 
@@ -37,6 +38,10 @@ def _contract_le(a: str, b: str) -> bool:
 
 def values(ck: "ShaperChecker", node: Node) -> frozenset[float] | None:
     """The finite set of values node can take when present, or None when that set is not known."""
+    return memoised(ck, "memo_values", node, lambda: _values(ck, node))
+
+
+def _values(ck: "ShaperChecker", node: Node) -> frozenset[float] | None:
     if node.ty.kind == BOOL:
         return BINARY
     op = node.op
@@ -93,8 +98,20 @@ def _strip_float(node: Node) -> Node:
     return node.args[0] if node.op == "call" and node.attr == "float" else node
 
 
+class _TooLarge(Exception):
+    """A ratio whose names expand past EXPANSION_LIMIT nodes: not worth proving (it stays E503)."""
+
+
+EXPANSION_LIMIT = 4096  # nodes the ratio prover may visit per product; real factors use a few dozen
+
+
 def _canon(ck: "ShaperChecker", node: Node) -> Node:
-    """node with `let`/`channel` names replaced by their definitions and `float(...)` dropped."""
+    """node with `let`/`channel` names replaced by their definitions and `float(...)` dropped.
+
+    The prover's walks expand names, so each visit is counted (see ratio_bounds)."""
+    ck._expanded += 1
+    if ck._expanded > EXPANSION_LIMIT:
+        raise _TooLarge
     while True:
         node = _strip_float(node)
         d = ck.defn(node)
@@ -105,6 +122,10 @@ def _canon(ck: "ShaperChecker", node: Node) -> Node:
 
 def _nonneg(ck: "ShaperChecker", node: Node) -> bool:
     """Inputs with a unit are validated >= 0 at run time; anything else must have a range >= 0."""
+    return memoised(ck, "memo_nonneg", node, lambda: _is_nonneg(ck, node))
+
+
+def _is_nonneg(ck: "ShaperChecker", node: Node) -> bool:
     d = ck.defn(node)
     if d is not None:
         return _nonneg(ck, d)
@@ -231,17 +252,21 @@ def ratio_bounds(ck: "ShaperChecker", node: Node) -> tuple[float, float] | None:
     """
     if node.op != "bin" or node.attr not in ("*", "/"):
         return None
-    num: list = []
-    den: list = []
-    _product(ck, node, num, den)
-    if len(den) != 1:
-        return None
-    for i, f in enumerate(num):
-        if (_nonneg(ck, f) or _proves_le(ck, None, f)) and _proves_le(ck, f, den[0]):
-            out = (0.0, 1.0)
-            for other in num[:i] + num[i + 1:]:
-                out = arith("*", out, ck.range(other))
-            return out
+    ck._expanded = 0
+    try:
+        num: list = []
+        den: list = []
+        _product(ck, node, num, den)
+        if len(den) != 1:
+            return None
+        for i, f in enumerate(num):
+            if (_nonneg(ck, f) or _proves_le(ck, None, f)) and _proves_le(ck, f, den[0]):
+                out = (0.0, 1.0)
+                for other in num[:i] + num[i + 1:]:
+                    out = arith("*", out, ck.range(other))
+                return out
+    except _TooLarge:
+        pass
     return None
 
 

@@ -7,7 +7,7 @@ import math
 
 from ..syntax import ast as A
 from . import contracts as C
-from .check_common import BOOL, INF
+from .check_common import BOOL, INF, memoised
 from .intervals import arith, bounds_call
 from .ir import UNITS, Node
 
@@ -105,6 +105,9 @@ class OrderingPass:
 
     def implies_positive(self, node: Node) -> bool:
         """True when a mask can only hold for rollouts whose reward is > 0."""
+        return memoised(self, "memo_implies_positive", node, lambda: self._implies_positive(node))
+
+    def _implies_positive(self, node: Node) -> bool:
         d = self.defn(node)
         if d is not None:
             return self.implies_positive(d)
@@ -116,24 +119,34 @@ class OrderingPass:
                 return (node.attr in ("==", ">=") and b.attr > 0) or (node.attr == ">" and b.attr >= 0)
         return False
 
-    def open_params(self, node: Node, seen: set | None = None) -> list[str]:
+    def open_params(self, node: Node) -> list[str]:
         """Numeric params node depends on (through its names) that declare no range, in order of use.
 
-        An unbounded param is what usually keeps a factor from being provably within [0, 1].
+        An unbounded param is what usually keeps a factor from being provably within [0, 1]. Each
+        node is visited once, however many paths lead to it.
         """
-        seen = set() if seen is None else seen
-        if node.op == "ref" and node.attr[0] == "param":
-            sp = self.params[node.attr[1]]
-            if sp.kind in ("int", "float") and (sp.lo is None or sp.hi is None) and sp.name not in seen:
-                seen.add(sp.name)
-                return [sp.name]
-            return []
-        d = self.defn(node)
-        parts = [d] if d is not None else node.args
-        return [name for part in parts for name in self.open_params(part, seen)]
+        names: dict[str, None] = {}
+        visited: set[int] = set()
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if id(n) in visited:
+                continue
+            visited.add(id(n))
+            if n.op == "ref" and n.attr[0] == "param":
+                sp = self.params[n.attr[1]]
+                if sp.kind in ("int", "float") and (sp.lo is None or sp.hi is None):
+                    names[sp.name] = None
+                continue
+            d = self.defn(n)
+            stack.extend(reversed([d] if d is not None else n.args))
+        return list(names)
 
     def range(self, node: Node) -> tuple[float, float]:
-        """Interval bounds of a numeric expression (conservative)."""
+        """Interval bounds of a numeric expression (conservative), once per node (check_common.memoised)."""
+        return memoised(self, "memo_range", node, lambda: self._range(node))
+
+    def _range(self, node: Node) -> tuple[float, float]:
         op = node.op
         if node.ty.kind == BOOL:
             return 0.0, 1.0
