@@ -20,12 +20,11 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler.check_common import MAX_EXACT_INT  # the largest integer a float64 holds exactly
+from ..compiler.ir import UNITS
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
 from .grouping import Chunk, absent_field
 from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, is_list_type, got as _got
-
-UNITS = ("tokens", "chars", "seconds", "calls")
-EXACT_INT = 2**53  # the largest integer magnitude a float64 holds exactly
 
 
 @dataclass
@@ -57,7 +56,7 @@ def _expected(kind: str) -> str:
 def _value_error(v: Any, kind: str) -> str | None:
     """Why one value cannot be used; kind is 'reward', 'bool' or a length unit."""
     ok = isinstance(v, (int, float)) and (kind == "bool" or not isinstance(v, bool))
-    if ok and isinstance(v, int) and abs(v) > EXACT_INT:
+    if ok and isinstance(v, int) and abs(v) > MAX_EXACT_INT:
         return (f"expected {_expected(kind)} that a float64 holds exactly (at most 2**53), "
                 f"got {_got(v)}")
     if ok and not (math.isnan(v) or math.isinf(v) or (kind in UNITS and v < 0)):
@@ -94,9 +93,9 @@ def _arrow_numbers(table, name: str, kind: str, base: int, errors: dict) -> np.n
     if col.type in (pa.int64(), pa.uint64()):  # the only integer types that can pass 2**53
         import pyarrow.compute as pc
 
-        big = pc.greater(col, pa.scalar(EXACT_INT, col.type))
+        big = pc.greater(col, pa.scalar(MAX_EXACT_INT, col.type))
         if col.type == pa.int64():
-            big = pc.or_(big, pc.less(col, pa.scalar(-EXACT_INT, col.type)))
+            big = pc.or_(big, pc.less(col, pa.scalar(-MAX_EXACT_INT, col.type)))
         bad |= big.to_numpy(zero_copy_only=False).astype(bool) & ~col.is_null().to_numpy(zero_copy_only=False)
     if kind in UNITS:
         with np.errstate(invalid="ignore"):
@@ -187,7 +186,7 @@ def _component_count(v: Any) -> float:
     if isinstance(v, (list, tuple, dict)):
         return float(len(v))
     if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v) if not isinstance(v, int) or abs(v) <= EXACT_INT else float(EXACT_INT)
+        return float(v) if not isinstance(v, int) or abs(v) <= MAX_EXACT_INT else float(MAX_EXACT_INT)
     return 1.0 if v else 0.0
 
 
@@ -203,10 +202,10 @@ def _arrow_components(block: ArrowBlock) -> np.ndarray:
     elif is_.is_struct(t):
         out = pc.if_else(arr.is_valid(), float(t.num_fields), 0.0)
     elif is_.is_integer(t):
-        big = pc.greater(arr, pa.scalar(EXACT_INT, t)) if t.bit_width == 64 else pa.repeat(False, len(arr))
+        big = pc.greater(arr, pa.scalar(MAX_EXACT_INT, t)) if t.bit_width == 64 else pa.repeat(False, len(arr))
         if is_.is_signed_integer(t) and t.bit_width == 64:
-            big = pc.or_(big, pc.less(arr, pa.scalar(-EXACT_INT, t)))
-        out = pc.if_else(big, float(EXACT_INT), arr.cast(pa.float64(), safe=False))
+            big = pc.or_(big, pc.less(arr, pa.scalar(-MAX_EXACT_INT, t)))
+        out = pc.if_else(big, float(MAX_EXACT_INT), arr.cast(pa.float64(), safe=False))
     elif is_.is_floating(t) or is_.is_boolean(t):
         out = arr.cast(pa.float64())
     elif is_.is_string(t) or is_.is_large_string(t) or is_.is_binary(t) or is_.is_large_binary(t):
