@@ -1,9 +1,10 @@
 """x ** y as the kernels compute it: C's pow, element by element.
 
-The numba kernels lower `**` to the C library's pow, which is correctly rounded here; NumPy's
-`np.power` on float arrays (and on its own scalars) takes a vectorised path that differs from it in
-the last bit for about one pair in twenty, so the interpreter cannot use it and stay the kernels'
-oracle. Python's float pow is C's pow, except that it raises where C returns an infinity or NaN.
+The kernels lower `**` to `k_pow` (lowering/numba_helpers.py), whose np.power numba compiles to the
+C library's pow on two floats. NumPy's own `np.power` on float arrays (and on its scalars) takes a
+vectorised path that differs from C's in the last bit for about one pair in twenty, so the
+interpreter cannot use it and stay the kernels' oracle. Python's float pow is C's pow, except that
+it raises where C returns an infinity or NaN.
 """
 
 from __future__ import annotations
