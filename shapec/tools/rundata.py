@@ -20,7 +20,8 @@ import numpy as np
 
 from ..paths import printable
 from ..runtime.batch import BatchError
-from ..runtime.params import ParamError
+from ..runtime.batch_reach import first_batch_read
+from ..runtime.params import ParamError, param_arrays
 from .atomic import check_destination, refuse_overwriting
 from .grouping import Chunk, Grouping, iter_chunks  # noqa: F401  (explain and plot read them from here)
 from .layouts import FlatLayout, NemoGymLayout  # noqa: F401  (the CLI reads them from here)
@@ -98,6 +99,8 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
         return rows, result
 
     good = np.setdiff1d(np.arange(G), np.fromiter(reasons, np.int64, len(reasons)))
+    if errors:
+        _refuse_batch_reads(shaper, plan, ex, good, str(errors[min(errors)]))
     try:
         rows, result = run(good) if len(good) else (np.zeros(0, np.int64), None)
     except UNUSABLE as err:  # raised by validation, before any shaping or state update
@@ -110,12 +113,38 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
         if not bad:
             raise ToolError(f"rows {chunk.base + 1}..{chunk.base + len(chunk.block)}: {err}") from None
         good = np.setdiff1d(good, bad)
+        _refuse_batch_reads(shaper, plan, ex, good, reasons[bad[0]].removeprefix("in a group with a bad row: "))
         rows, result = run(good) if len(good) else (np.zeros(0, np.int64), None)
     rejected = [(i, own.get(i, reasons[g])) for g in sorted(reasons) for i in range(int(off[g]), int(off[g + 1]))]
     return ChunkOutcome(rows, result, rejected, ex.channels)
 
 
 UNUSABLE = (BatchError, ParamError, OverflowError)  # OverflowError: metadata past a float's range
+
+
+def _refuse_batch_reads(shaper, plan, ex, good: np.ndarray, first_error: str) -> None:
+    """Skipping a bad group is refused when a batch-level value reaches the other groups' rewards
+    under this chunk's params: the call without it would give them other rewards, silently."""
+    if not len(good):
+        return
+    params = plan.params(None if ex.agents is None else [ex.agents[g] for g in good])
+    for ir in stage_irs(shaper):
+        stage_params = params[ir.name] if shaper.is_pipeline else params
+        found = first_batch_read(ir, param_arrays(ir, stage_params, len(good)))
+        if found is not None:
+            raise DataError(
+                f"{first_error}; --on-bad-row skip cannot leave its group out: shaper {ir.name!r} reads a "
+                f"batch-level value ({_where(found)}) that reaches the other groups' rewards, so shaping "
+                f"them without this group would change them; fix or remove the row")
+
+
+def _where(node) -> str:
+    span = node.span
+    if span.source is None:
+        return "a batch value"
+    line, col = span.source.position(span.start)
+    text = span.source.text[span.start:span.end]
+    return f"{printable(text)!s} at {printable(span.source.path)}:{line}:{col}"
 
 
 def _bad_groups(run, groups: np.ndarray, chunk: Chunk, err: Exception):

@@ -20,12 +20,13 @@ def ray():
     ray.shutdown()
 
 
-def _parquet(path):
+def _parquet(path, bad: bool = True):
     pa = need("pyarrow", "ray")
     pq = need("pyarrow.parquet", "ray")
     rng = np.random.default_rng(7)
     length = rng.integers(50, 4000, ROWS).astype(np.int64)
-    length[[17, 1234, 2999]] = -5  # bad rows: their groups go to the rejects file
+    if bad:
+        length[[17, 1234, 2999]] = -5  # bad rows: their groups go to the rejects file
     table = pa.table({"prompt_id": [f"p{i // G:04d}" for i in range(ROWS)], "sample": np.arange(ROWS) % G,
                       "reward": rng.integers(0, 2, ROWS).astype(np.float64), "length": length})
     pq.write_table(table, path)
@@ -40,17 +41,32 @@ def _run(tmp_path, capsys, engine, *extra, spec="kimi"):
 
 
 @pytest.mark.parametrize("backend", ["interpreter", "numba"])
-def test_ray_engine_matches_local_row_for_row(ray, tmp_path, capsys, backend):
+@pytest.mark.parametrize("scope, bad", [("group", True), ("batch", False)])
+def test_ray_engine_matches_local_row_for_row(ray, tmp_path, capsys, backend, scope, bad):
+    """Bad rows go to the rejects file alike; batch-level values (scope=batch, where skipping a bad
+    group is refused) see the same chunks."""
     pq = need("pyarrow.parquet", "ray")
-    _parquet(tmp_path / "in.parquet")
-    args = ("--backend", backend, "--set", "scope=batch")  # batch-level values: the chunks must match too
+    _parquet(tmp_path / "in.parquet", bad)
+    args = ("--backend", backend, "--set", f"scope={scope}")
     local = _run(tmp_path, capsys, "local", *args)
     remote = _run(tmp_path, capsys, "ray", *args)
     assert local[0] == remote[0] == 0, remote[3]
     assert remote[2] == local[2]  # the summary, metrics and counts included
-    assert "rows: 3000 in = 2976 out + 24 rejected" in local[2] and "(5 chunks)" in local[2]
+    counts = "2976 out + 24 rejected" if bad else "3000 out + 0 rejected"
+    assert f"rows: 3000 in = {counts}" in local[2] and "(5 chunks)" in local[2]
     assert pq.read_table(remote[1]).equals(pq.read_table(local[1]))
-    assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.rejects.jsonl").read_text()
+    if bad:
+        assert (tmp_path / "ray.rejects.jsonl").read_text() == (tmp_path / "local.rejects.jsonl").read_text()
+
+
+def test_skipping_under_batch_values_is_refused_as_local_does(ray, tmp_path, capsys):
+    _parquet(tmp_path / "in.parquet")
+    args = ("--backend", "interpreter", "--set", "scope=batch")
+    local = _run(tmp_path, capsys, "local", *args)
+    remote = _run(tmp_path, capsys, "ray", *args)
+    assert local[0] == remote[0] == 1 and remote[3] == local[3]
+    assert "row 18: length: expected a number >= 0 (tokens), got -5; --on-bad-row skip cannot leave" in local[3]
+    assert not (tmp_path / "ray.parquet").exists()
 
 
 def test_ray_engine_stops_at_the_first_bad_row_as_local_does(ray, tmp_path, capsys):

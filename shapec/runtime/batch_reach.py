@@ -1,0 +1,108 @@
+"""Which batch-level value can reach a shaped reward under given params.
+
+Leaving a bad group out of a call (`shapec run --on-bad-row skip`) changes every batch-level value
+the other groups read: a `batch.max(...)`, a state, a batch-level let or gate. If such a value
+reaches their rewards, skipping would silently change other groups' rewards. A shaper whose batch
+values feed only metrics, or only branches its params turn off (kimi's `scope = "group"` picks
+`max(length)` over `batch.max(length)`), is safe; this module tells the two apart.
+
+Param-level conditions are evaluated on the call's param columns (one value per group, so
+per-agent overrides count): a `c ? a : b`, an `and`, an `or` or a statement's `when` whose
+condition is the same known value in every group follows only the branch it takes. Anything else
+is followed on every path, so the answer errs towards "reachable".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compiler.ir import BATCH, PARAM, Node, ShaperIR
+from .interp import k_and, k_cmp, k_or
+
+
+def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None:
+    """A batch-level value that reaches a reward, skip or gate code of some group, or None.
+
+    `params` are the call's param columns (`param_arrays`); metrics are not followed (they
+    describe the call, they shape nothing)."""
+    defs = {s.name: s for s in ir.steps if s.kind in ("let", "gate", "gaterules")}
+    seen: dict[str, Node | None] = {}
+
+    def fold(node: Node):
+        """The node's value per group if it is a param-level expression of known params, else None."""
+        if node.op in ("and", "or"):  # false and anything is false, true or anything is true
+            parts = [fold(a) for a in node.args]
+            decisive = 0.0 if node.op == "and" else 1.0
+            if any(p is not None and bool(np.all(p == decisive)) for p in parts):
+                return np.float64(decisive)
+            if any(p is None for p in parts):
+                return None
+            return (k_and if node.op == "and" else k_or)(*parts)
+        if node.ty.level > PARAM:
+            return None
+        if node.op == "const":
+            return np.float64(node.attr) if isinstance(node.attr, (int, float)) else None
+        if node.op == "ref":
+            ns, name = node.attr
+            column = params.get(name) if ns == "param" else None
+            return column if column is not None and column.ndim == 1 else None
+        parts = [fold(a) for a in node.args]
+        if any(p is None for p in parts):
+            return None
+        if node.op == "not":
+            return 1.0 - parts[0]
+        if node.op == "neg":
+            return -parts[0]
+        if node.op == "cmp":
+            return k_cmp(node.attr, *parts)
+        return None
+
+    def always(node: Node | None, value: float) -> bool:
+        v = None if node is None else fold(node)
+        return v is not None and bool(np.all(v == value))
+
+    def reach(node: Node | None) -> Node | None:
+        if node is None or node.op == "const":
+            return None
+        if node.ty.level == BATCH:
+            return node
+        if node.op == "ref" and node.attr[0] == "var" and node.attr[1] in defs:
+            return step_reach(defs[node.attr[1]])
+        args = node.args
+        if node.op == "cond":
+            if always(args[0], 1.0):
+                return reach(args[1])
+            if always(args[0], 0.0):
+                return reach(args[2])
+        if node.op in ("and", "or") and fold(node) is not None:
+            return None
+        for a in args:
+            found = reach(a)
+            if found is not None:
+                return found
+        return None
+
+    def step_reach(step) -> Node | None:
+        if step.name in seen and step.kind in ("let", "gate", "gaterules"):
+            return seen[step.name]
+        seen[step.name] = None  # lets do not refer to themselves; this ends any walk that tries
+        found = None
+        if step.kind == "gaterules":
+            for _verdict, _reason, when in step.rules:
+                found = found or reach(when)
+                if found is not None or always(when, 1.0):
+                    break
+        elif not (step.kind in ("term", "factor") and always(step.when, 0.0)):
+            for part in (step.expr, step.on, step.when):
+                found = found or reach(part)
+        if step.kind in ("let", "gate", "gaterules"):
+            seen[step.name] = found
+        return found
+
+    for step in (*ir.skips, *ir.steps):
+        if step.kind in ("term", "factor", "clamp", "skip"):
+            found = step_reach(step)
+            if found is not None:
+                return found
+    return reach(ir.result)
+
