@@ -46,8 +46,6 @@ class Groups:
         self.in_metrics = False
         metric_keys = {self.key(n) for _, m in ir.metrics for n in walk(m) if n.op == "reduce"}
         self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op == "ref" and n.attr[0] == "var"}
-        self.read_vars = {n.attr[1] for node in steps_nodes(ir) for n in walk(node)
-                          if n.op == "ref" and n.attr[0] == "var"}
         self.stored: dict[int, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
         self.selection_ops: dict[tuple, list[str]] = {}  # selection -> the reductions reading it

@@ -261,7 +261,6 @@ class Statements:
             with o.indented():
                 o(f"x = {value}")
                 o(f"{slot} = x if {self.applies(step, scope)}not isnan(x) else 0.0")
-                self.publish("term", k)
                 o(f"tot[i - s] = {total}{slot}")
 
         def off():
@@ -271,7 +270,6 @@ class Statements:
             o("for i in range(s, e):")
             with o.indented():
                 o(f"{self.slot('term', k)} = 0.0")
-                self.publish("term", k)
                 if not total:
                     o("tot[i - s] = 0.0")
 
@@ -299,36 +297,29 @@ class Statements:
         o("for i in range(s, e):")
         with o.indented():
             o(f"{slot} = 0.0")
-            self.publish("term", k)
             o(f"tot[i - s] = {total}{slot}")
         o(f"if {at} >= 0:")
         with o.indented():
             o(f"i = s + {at}")
             o(f"x = {value}")
             o(f"{slot} = x if {self.applies(step, scope, skip_index=True)}not isnan(x) else 0.0")
-            self.publish("term", k)
             o(f"tot[i - s] = {before + ' + ' if total else ''}{slot}")
 
     def slot(self, kind: str, k: int) -> str:
         """Where a term's or factor's value lives while its group is shaped: the output itself
-        when a metric reads it after the group loop; a scratch row of the group (in cache) when a
-        later statement reads it; else a local of the rollout loop that computes it."""
+        when a metric reads it after the group loop; else a scratch row of the group (in cache),
+        which later statements read and `finish_group` copies to the breakdown when `keep`.
+
+        Storing into the breakdown output beside the value, under `if keep:` in every rollout
+        loop, cost the kernel a fifth of its time with keep off: the stores to a (T, n) array
+        that may alias every input kept LLVM from holding the loops' values in registers."""
         if self.breakdown_always:
             return f"{kind}s[{k}, i]"
         names = self.term_slots if kind == "term" else self.factor_slots
-        stored = (self.ir.terms if kind == "term" else self.ir.factors)[k] in self.read_vars
         if k not in names:
             names[k] = self.fresh("tv" if kind == "term" else "fv")
-            if stored:
-                self.alloc("local", names[k])
-        return f"{names[k]}[i - s]" if stored else names[k]
-
-    def publish(self, kind: str, k: int) -> None:
-        """Store the value into the breakdown output, when the caller asked for one (`keep`)."""
-        if not self.breakdown_always:
-            self.out("if keep:")
-            with self.out.indented():
-                self.out(f"{kind}s[{k}, i] = {self.slot(kind, k)}")
+            self.alloc("local", names[k])
+        return f"{names[k]}[i - s]"
 
     def term_sum(self) -> str:
         """The group's term sum at a rollout as the interpreter adds it: every term, a skipped one's 0.0 too.
@@ -381,7 +372,6 @@ class Statements:
                 o(f"m = {m}")
                 o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
                 o(f"{self.slot('factor', k)} = m if applied else 1.0")
-                self.publish("factor", k)
                 o("run[i - s] = run[i - s] * m if applied else run[i - s]")
 
         def off():
@@ -389,7 +379,6 @@ class Statements:
             with o.indented():
                 preamble()
                 o(f"{self.slot('factor', k)} = 1.0")
-                self.publish("factor", k)
 
         self.guarded(step, scope, body, off)
         self.first_running = False
@@ -414,6 +403,15 @@ class Statements:
                 with o.indented():
                     o("bad_i = i")
                     o("bad_g = g")
+            if not self.breakdown_always and (ir.terms or ir.factors):
+                o("if keep:")
+                with o.indented():
+                    o("for i in range(s, e):")
+                    with o.indented():
+                        for k in range(len(ir.terms)):
+                            o(f"terms[{k}, i] = {self.slot('term', k)}")
+                        for k in range(len(ir.factors)):
+                            o(f"factors[{k}, i] = {self.slot('factor', k)}")
         o("else:")
         with o.indented():
             o("for i in range(s, e):")
