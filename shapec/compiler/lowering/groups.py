@@ -135,7 +135,6 @@ class Groups:
         for scratch, init in (("ibuf", "np.zeros(width, np.int64)"), ("tbuf", "np.empty(width)")):
             if scratch in used:
                 head(f"{scratch} = {init}")
-        head("tot = np.zeros(width)  " + self.note("the group's term sums"))
         head("run = np.zeros(width)  " + self.note("the group's running rewards"))
         head("base = np.zeros(width)  " + self.note("the reward entering the factors: they apply where it is > 0"))
         for line in self.chunk_arrays:
@@ -222,8 +221,7 @@ class Groups:
                     o(f"gates[{self.gate_index[step.name]}, g] = k_gate_code({self.var(step.name)})")
             self.first_running = True
             self.first_factor = True
-            self.has_terms = False
-            self.zero_skipped = False  # whether a skipped term left its 0.0s out of `tot` (term_sum)
+            self.summed: list[int] = []  # the terms emitted so far, in order (term_sum)
             for step in ir.steps:
                 o(self.note(self.label(step)))
                 getattr(self, f"step_{step.kind}")(step, scope)

@@ -18,7 +18,7 @@ KINDS = {
     "ni": "a metadata list's item count", "lf": "a metadata list's field", "s": "a shaper (stage)",
     "r": "a reduction", "b": "a batch reduction", "band": "a band's parts", "guard": "a statement's guard",
     "tv": "a term's values in its group", "at": "the one rollout a term's index names",
-    "tj": "the running total at that rollout, before the term", "fv": "a factor's values in its group",
+    "fv": "a factor's values in its group",
     "sel": "a selection's values", "isel": "a selection's indices", "ksel": "a selection's size",
     "t": "a temporary that keeps an expression's nesting within Python's parser limit",
 }

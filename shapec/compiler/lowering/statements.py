@@ -249,61 +249,44 @@ class Statements:
     def step_term(self, step: Step, scope: Scope) -> None:
         o = self.out
         k = self.ir.terms.index(step.name)
-        total = "tot[i - s] + " if self.has_terms else ""
 
         def body():
             value = self.rollout_loop(step, scope)
             slot = self.slot("term", k)
             if self.at_one_rollout(step):
-                self.term_at_one_rollout(step, scope, k, value, total)
+                self.term_at_one_rollout(step, scope, k, value)
                 return
             o("for i in range(s, e):")
             with o.indented():
                 o(f"x = {value}")
                 o(f"{slot} = x if {self.applies(step, scope)}not isnan(x) else 0.0")
-                o(f"tot[i - s] = {total}{slot}")
 
         def off():
-            if total:  # the 0.0s this skips would turn a -0.0 sum into 0.0: `tz` adds that at the end
-                o("tz = 0.0")
-                self.zero_skipped = True
             o("for i in range(s, e):")
             with o.indented():
                 o(f"{self.slot('term', k)} = 0.0")
-                if not total:
-                    o("tot[i - s] = 0.0")
 
-        if not self.has_terms and len(self.ir.terms) > 1:
-            o("tz = -0.0  " + self.note("added to the term sum: -0.0 changes nothing, 0.0 makes a -0.0 sum 0.0"))
         self.guarded(step, scope, body, off)
-        self.has_terms = True
+        self.summed.append(k)
 
     def at_one_rollout(self, step: Step) -> bool:
         """Whether the statement applies at most at one rollout of a group: `on` a group-level index."""
         return step.on is not None and step.on.ty.kind == "index" and step.on.ty.level <= GROUP
 
-    def term_at_one_rollout(self, step: Step, scope: Scope, k: int, value: str, total: str) -> None:
-        """A term `on` an index (argmin, argmax): 0 everywhere, then its value at that one rollout.
-
-        The pass writes what the general loop writes where the index does not match (0, and the
-        running total plus 0, which turns a -0.0 total into 0.0), and the index rollout adds its
-        value to the total as it was before that pass, so every bit is the general loop's."""
+    def term_at_one_rollout(self, step: Step, scope: Scope, k: int, value: str) -> None:
+        """A term `on` an index (argmin, argmax): 0 everywhere, then its value at that one rollout."""
         o = self.out
         slot = self.slot("term", k)
-        at, before = self.fresh("at"), self.fresh("tj")
+        at = self.fresh("at")
         o(f"{at} = k_at({self.ex(step.on, 'group', scope)}, e - s)  " + self.note("-1: no rollout"))
-        if total:
-            o(f"{before} = tot[{at}] if {at} >= 0 else 0.0")
         o("for i in range(s, e):")
         with o.indented():
             o(f"{slot} = 0.0")
-            o(f"tot[i - s] = {total}{slot}")
         o(f"if {at} >= 0:")
         with o.indented():
             o(f"i = s + {at}")
             o(f"x = {value}")
             o(f"{slot} = x if {self.applies(step, scope, skip_index=True)}not isnan(x) else 0.0")
-            o(f"tot[i - s] = {before + ' + ' if total else ''}{slot}")
 
     def slot(self, kind: str, k: int) -> str:
         """Where a term's or factor's value lives while its group is shaped: the output itself
@@ -322,16 +305,18 @@ class Statements:
         return f"{names[k]}[i - s]"
 
     def term_sum(self) -> str:
-        """The group's term sum at a rollout as the interpreter adds it: every term, a skipped one's 0.0 too.
+        """The group's term sum at a rollout as the interpreter adds it: every term so far, in
+        order, a skipped one's 0.0 included (its row holds 0.0), so a -0.0 sum stays exact.
 
-        Adding 0.0 changes a sum only from -0.0 to 0.0, and a sum is -0.0 only when every term
-        added to it is, so the skipped terms' 0.0s come to one 0.0 added at the end."""
-        return "(tot[i - s] + tz)" if self.zero_skipped else "tot[i - s]"
+        Summed once where the running reward starts, not carried through every term's loop in
+        a `tot` row: that load, add and store per term was a tenth of nemo_rl's kernel."""
+        slots = " + ".join(self.slot("term", k) for k in self.summed)
+        return f"({slots})" if len(self.summed) > 1 else slots
 
     def start_running(self) -> None:
         """The running reward: the input reward plus the term sum, from the first clamp or factor on."""
         if self.first_running:
-            self.out(f"run[i - s] = rewards[i]{' + ' + self.term_sum() if self.has_terms else ''}")
+            self.out(f"run[i - s] = rewards[i]{' + ' + self.term_sum() if self.summed else ''}")
 
     def step_clamp(self, step: Step, scope: Scope) -> None:
         o = self.out
@@ -393,7 +378,7 @@ class Statements:
         elif not self.first_running:
             final = "run[i - s]"
         else:
-            final = "rewards[i] + " + self.term_sum() if self.has_terms else "rewards[i]"
+            final = "rewards[i] + " + self.term_sum() if self.summed else "rewards[i]"
         o("if code == 0:")
         with o.indented():
             o("for i in range(s, e):")
