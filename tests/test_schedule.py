@@ -190,8 +190,9 @@ def test_the_benchmark_spec_walks_each_group_in_two_fused_passes():
     code = emit_python(compile_str(bench_kernels_spec(), backend="interpreter").three_channels.ir)
     groups = code.split("def groups_s0_three_channels(", 1)[1].split("\n\n\n", 1)[0]
     # the binary check, one pass for the gate and three selections, one for the three terms and
-    # the clamp, the write-back (shaped or passed through), and the breakdown's copy under keep
-    assert loops(groups) == 6
+    # the clamp, the write-back (shaped or passed through), and in each of those two branches the
+    # breakdown's copy under keep
+    assert loops(groups) == 7
 
 
 # ---------------------------------------------------------------- the property

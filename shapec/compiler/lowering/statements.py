@@ -4,6 +4,8 @@ the order runtime/interp.py runs them."""
 
 from __future__ import annotations
 
+import contextlib
+
 from ..ir import CONST, GROUP, PARAM, Node, Step
 from .emitter import Scope, walk
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
@@ -388,34 +390,33 @@ class Statements:
                 with o.indented():
                     o("bad_i = i")
                     o("bad_g = g")
-            if not self.breakdown_always and (ir.terms or ir.factors):
-                o("if keep:")
-                with o.indented():
-                    o("for i in range(s, e):")
-                    with o.indented():
-                        for k in range(len(ir.terms)):
-                            o(f"terms[{k}, i] = {self.slot('term', k)}")
-                        for k in range(len(ir.factors)):
-                            o(f"factors[{k}, i] = {self.slot('factor', k)}")
+            if not self.breakdown_always:
+                self.store_breakdown(lambda k: self.slot("term", k), lambda k: self.slot("factor", k))
         o("else:")
         with o.indented():
             o("for i in range(s, e):")
             with o.indented():
                 o("out[i] = rewards[i]")
-                if self.breakdown_always:
-                    for k in range(len(ir.terms)):
-                        o(f"terms[{k}, i] = 0.0")
-                    for k in range(len(ir.factors)):
-                        o(f"factors[{k}, i] = 1.0")
-                elif ir.terms or ir.factors:
-                    o("if keep:")
-                    with o.indented():
-                        for k in range(len(ir.terms)):
-                            o(f"terms[{k}, i] = 0.0")
-                        for k in range(len(ir.factors)):
-                            o(f"factors[{k}, i] = 1.0")
+            self.store_breakdown(lambda k: "0.0", lambda k: "1.0")
             for k in range(len(ir.gate_reasons)):
                 o(f"gates[{k}, g] = -1")
+
+    def store_breakdown(self, term, factor) -> None:
+        """One loop over the group writing term(k) and factor(k) into the breakdown outputs: under
+        `if keep:` unless they are always stored."""
+        ir, o = self.ir, self.out
+        if not (ir.terms or ir.factors):
+            return
+        with contextlib.ExitStack() as stack:
+            if not self.breakdown_always:
+                o("if keep:")
+                stack.enter_context(o.indented())
+            o("for i in range(s, e):")
+            with o.indented():
+                for k in range(len(ir.terms)):
+                    o(f"terms[{k}, i] = {term(k)}")
+                for k in range(len(ir.factors)):
+                    o(f"factors[{k}, i] = {factor(k)}")
 
     def lower_metrics(self, batch: Scope) -> None:
         o = self.out
