@@ -5,9 +5,13 @@ batch value feeds only metrics, or a branch the params turn off, the bad group i
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
 
 import shapec
+from shapec.cli import main
 from shapec.compiler.ir import BATCH
 from shapec.runtime.batch_reach import first_batch_read
 from shapec.runtime.params import param_arrays
@@ -127,3 +131,18 @@ def test_the_stdlib_shapers_that_read_batch_values_are_exactly_these():
     assert {k for k, v in reached.items() if v} == {"short_rl.short_rl"}
     kimi = shapec.load("kimi", backend="interpreter").kimi_length.ir
     assert first_batch_read(kimi, param_arrays(kimi, {"scope": "batch"}, 2)) is not None
+
+
+@pytest.mark.parametrize("command", ["explain", "plot"])
+def test_explain_and_plot_stop_where_run_would(tmp_path, spec, command):
+    """They shape chunks as `run --on-bad-row skip` does: no group is shown with a batch value that
+    left a bad group out."""
+    data = write_jsonl(tmp_path / "in.jsonl", _rows(bad_group=1))
+    extra = ("--out", str(tmp_path / "p.png"), "--channel", "length") if command == "plot" else ()
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([command, str(spec), "--data", str(data), "--set", "scope=batch", "--backend", "interpreter",
+                   *extra])
+    assert rc == 1, err.getvalue()
+    assert "--on-bad-row skip cannot leave its group out: shaper 'centred'" in err.getvalue()
+    assert not (tmp_path / "p.png").exists()
