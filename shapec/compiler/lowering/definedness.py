@@ -6,6 +6,7 @@ plain comparison, its logic plain `and`/`or`, `missing(x)` is 0. This pass gives
 expression one of three levels, from what the runtime guarantees about the leaves:
 
     FINITE   rewards, rollout inputs and list items (the batch layer rejects NaN and infinity),
+             the shaped reward a metric reads (a non-finite one fails the call first),
              params that are not optional (pydantic rejects NaN and infinity), group_size,
              number literals, gate-rule blocks, count/any/all (they only count ones), any
              comparison or logic of NUMBER operands (0 or 1)
@@ -105,7 +106,9 @@ class Definedness:
             return self._var_levels().get(name, MAYBE)
         if ns in ("state", "meta"):
             return MAYBE
-        return FINITE if name in ("reward", "env_reward", "group_size") else MAYBE
+        # `shaped` (metrics only) is finite wherever a metric is ever returned: a non-finite shaped
+        # reward fails the call on both backends (Kernel.call, Interpreter.run) before any metric
+        return FINITE if name in ("reward", "env_reward", "group_size", "shaped") else MAYBE
 
     def _var_levels(self) -> dict[str, int]:
         """The level of every let, gate, gate-rule block, channel, term and factor, in source order."""
