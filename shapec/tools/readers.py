@@ -131,27 +131,50 @@ class ArrowBlock:
     def __len__(self) -> int:
         return self.table.num_rows
 
+    def _at(self, path: str):
+        """The values at `path` as one Arrow array: the column of that name, else the struct fields
+        its dots name, as get_path walks a JSON row (a null parent gives null); None when the table
+        has no such field, so `--group-by info.id` and `--agent-by agent_ref.name` read a Parquet
+        file's nested fields as they read the same JSONL rows."""
+        if path in self.table.column_names:
+            return self.array(path)
+        head, *rest = path.split(".")
+        if not rest or head not in self.table.column_names:
+            return None
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        arr = self.array(head)
+        for part in rest:
+            if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
+                return None  # not a struct, no such field, or a name that repeats
+            arr = pc.struct_field(arr, part)
+        return arr
+
     def keys(self, path: str) -> list:
-        if path not in self.table.column_names:
-            return [MISSING] * len(self)
-        return self.table.column(path).to_pylist()
+        arr = self._at(path)
+        return [MISSING] * len(self) if arr is None else arr.to_pylist()
 
     def keys_at(self, path: str, indices) -> list:
         """keys(path) of these rows only, without converting the whole column."""
-        if path not in self.table.column_names:
+        arr = self._at(path)
+        if arr is None:
             return [MISSING] * len(indices)
         import pyarrow as pa
 
-        return self.table.column(path).take(pa.array(indices, pa.int64())).to_pylist()
+        return arr.take(pa.array(indices, pa.int64())).to_pylist()
 
     def has_field(self, path: str) -> bool:
-        return path in self.table.column_names
+        return self._at(path) is not None
 
     def readable(self) -> bool:
         return len(self) > 0
 
     def array(self, name: str):
-        """One column as a single Arrow array (a chunk may hold several record batches)."""
+        """One field as a single Arrow array (a chunk may hold several record batches); a dotted
+        path names a field of a struct column (see _at)."""
+        if name not in self.table.column_names:
+            return self._at(name)
         col = self.table.column(name)
         return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 

@@ -1,0 +1,101 @@
+"""Fourth red-team pass: `shapec run` must give every row the reward the Python API gives its group,
+whatever the input format, the chunking, the backend and the bad groups skipped around it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+import shapec
+from shapec.cli import main
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def write(path, rows: list[dict]):
+    """JSONL, or Parquet with the schema of every row (from_pylist would read the first row's keys only)."""
+    if path.suffix == ".parquet":
+        pq.write_table(pa.Table.from_struct_array(pa.array(rows)), path)
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def rewards_of(path) -> list[float]:
+    if path.suffix == ".parquet":
+        return pq.read_table(path).column("reward").to_pylist()
+    return [json.loads(line)["reward"] for line in path.read_text().splitlines()]
+
+
+def nemo_rows(agents: list[str], sizes: list[int], agent_field) -> list[dict]:
+    rows = []
+    for g, (agent, size) in enumerate(zip(agents, sizes)):
+        for s in range(size):
+            rows.append({"prompt_id": f"p{g}", "info": {"id": f"k{g}", "sample": s}, "reward": 1,
+                         "reasoning": 100 * (s + 1) + 7 * g, "answer": 10 * s, "low_effort": False,
+                         **agent_field(agent)})
+    return rows
+
+
+OVERRIDES = {"grpo": {"length_penalty": {
+    "default": {"enabled": True, "longest_total_penalty": 0.0, "group_total_length_penalty_coeff": 0.1},
+    "agent_overrides": {"alpha": {"longest_total_penalty": 0.5}, "beta": {"group_total_length_penalty_coeff": 0.7}}}}}
+
+
+def api_rewards(rows: list[dict], per_group: list[dict], backend: str = "interpreter") -> list[float]:
+    keys = [r["prompt_id"] for r in rows]
+    starts = [i for i, k in enumerate(keys) if i == 0 or k != keys[i - 1]]
+    params = {k: [p.get(k, 0.0) for p in per_group] for k in ("longest_total_penalty", "group_total_length_penalty_coeff")}
+    out = shapec.load("nemo_rl", backend=backend).length_penalty(
+        np.array([r["reward"] for r in rows], float), offsets=np.array(starts + [len(rows)]),
+        channels={k: np.array([float(r[k]) for r in rows]) for k in ("reasoning", "answer", "low_effort")},
+        params=params)
+    return out.rewards.tolist()
+
+
+AGENT_PARAMS = {"alpha": {"longest_total_penalty": 0.5, "group_total_length_penalty_coeff": 0.1},
+                "beta": {"longest_total_penalty": 0.0, "group_total_length_penalty_coeff": 0.7}}
+
+
+# ------------------------------------------------------------------ dotted paths in a Parquet file
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_a_dotted_agent_by_reads_a_parquet_struct_as_it_reads_jsonl(tmp_path, capsys, suffix):
+    """`--agent-by agent_ref.name` on a flat Parquet file looked for a column named 'agent_ref.name',
+    found none, and gave every group the defaults (a warning about agent None), silently unlike the
+    same rows in JSONL; the struct's field is now read as get_path reads the JSON object."""
+    agents = ["alpha", "beta", "alpha", "beta"]
+    rows = nemo_rows(agents, [3, 2, 4, 3], lambda a: {"agent_ref": {"name": a}})
+    config = tmp_path / "nemo.yaml"
+    config.write_text(yaml.safe_dump(OVERRIDES))
+    data, out = write(tmp_path / f"in.{suffix}", rows), tmp_path / "out.jsonl"
+    rc, _, err = cli(capsys, "run", "nemo_rl", "--config", config, "--data", data, "--out", out,
+                     "--agent-by", "agent_ref.name", "--backend", "interpreter", "--chunk-rows", 4, "--no-progress")
+    assert (rc, err) == (0, "")
+    assert rewards_of(out) == api_rewards(rows, [AGENT_PARAMS[a] for a in agents])
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_a_dotted_group_by_groups_a_parquet_file_as_jsonl(tmp_path, capsys, suffix):
+    """`--group-by info.id` was refused on a Parquet file (no column of that name) while the same
+    JSONL rows ran: the key is the struct's field, and prompt_id (one value for all) plays no part."""
+    rows = nemo_rows(["alpha"] * 3, [3, 2, 4], lambda a: {})
+    for r in rows:
+        r["prompt_id"] = "one"
+    data, out = write(tmp_path / f"in.{suffix}", rows), tmp_path / "out.jsonl"
+    rc, stdout, err = cli(capsys, "run", "nemo_rl", "--set", "group_total_length_penalty_coeff=0.3", "--data", data,
+                          "--out", out, "--group-by", "info.id", "--backend", "interpreter", "--no-progress")
+    assert (rc, err) == (0, "")
+    assert "groups: 3 in, 3 shaped" in stdout
+    for r, k in zip(rows, [0] * 3 + [1] * 2 + [2] * 4):
+        r["prompt_id"] = f"k{k}"
+    assert rewards_of(out) == api_rewards(rows, [{"group_total_length_penalty_coeff": 0.3}] * 3)
+
