@@ -99,3 +99,18 @@ def test_a_dotted_group_by_groups_a_parquet_file_as_jsonl(tmp_path, capsys, suff
         r["prompt_id"] = f"k{k}"
     assert rewards_of(out) == api_rewards(rows, [{"group_total_length_penalty_coeff": 0.3}] * 3)
 
+
+# ------------------------------------------------------------------ a key that comes back, across chunks
+@pytest.mark.parametrize("chunk_rows", [2, 4, 100])
+def test_a_string_key_coming_back_in_a_chunk_of_mixed_key_types_stops_the_run(tmp_path, capsys, chunk_rows):
+    """Keys were remembered by hash(key) in a chunk of strings only and by hash(key_identity(key)) in
+    a chunk of mixed types, so "a" in chunk 1 was not known again in chunk 2 (keys 5 and "a"): its
+    two runs were shaped as two groups, silently (--chunk-rows 4). Every chunking stops the run."""
+    rows = [{"prompt_id": k, "reward": 1, "length": 10 + 10 * s} for k in ["a", "b", 5, "a"] for s in range(2)]
+    data, out = write(tmp_path / "in.jsonl", rows), tmp_path / "out.jsonl"
+    rc, stdout, err = cli(capsys, "run", "kimi", "--data", data, "--out", out, "--backend", "interpreter",
+                          "--chunk-rows", chunk_rows, "--no-progress")
+    assert (rc, stdout) == (1, "")
+    assert err == ('shapec: error: rows 1 and 7: prompt_id "a" comes back after other groups; a group\'s rows must '
+                   "be adjacent (sort the rows by prompt_id, or group by position with --group-size N)\n")
+    assert not out.exists()

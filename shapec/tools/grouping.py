@@ -246,9 +246,10 @@ class _SizeCheck:
 class _SeenKeys:
     """With a group key, a key that comes back after other groups is an error: the group's rows are
     not adjacent, and shaping its runs apart would give both runs rewards that no group has. Each
-    key is remembered as its 64-bit hash (of key_identity: a string's own, the common case, is
-    cached by Python) with its first row, so memory grows by about 100 bytes per group, however
-    long the keys. Two keys with one hash would stop the run as if one came back, never merge
+    key is remembered as its 64-bit hash (of key_identity; a string's own, the common case, cached
+    by Python, in every chunk alike: a chunk of mixed types hashing its strings otherwise did not
+    know a string key that came back) with its first row, so memory grows by about 100 bytes per
+    group, however long the keys. Two keys with one hash would stop the run as if one came back, never merge
     groups; at 10^7 groups that happens with a chance of about 3 in a million."""
 
     def __init__(self, grouping: Grouping):
@@ -266,7 +267,7 @@ class _SeenKeys:
         starts = first[(at < len(usable)) & (first < chunk.offsets[1:])]
         keys = chunk.block.keys_at(key, starts)
         tokens = (list(map(hash, keys)) if set(map(type, keys)) <= {str}
-                  else [hash(key_identity(k)) for k in keys])
+                  else [hash(k) if type(k) is str else hash(key_identity(k)) for k in keys])
         numbers = (starts + (chunk.base + 1)).tolist()
         fresh = dict(zip(tokens, numbers))  # C loops: the whole check is a few dict operations per chunk
         if len(fresh) == len(tokens) and self.first.keys().isdisjoint(fresh):
