@@ -114,3 +114,20 @@ def test_a_string_key_coming_back_in_a_chunk_of_mixed_key_types_stops_the_run(tm
     assert err == ('shapec: error: rows 1 and 7: prompt_id "a" comes back after other groups; a group\'s rows must '
                    "be adjacent (sort the rows by prompt_id, or group by position with --group-size N)\n")
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ explain names each group once
+def test_explain_tells_a_string_key_from_the_number_or_bool_it_spells(tmp_path, capsys):
+    """The string "1" and the integer 1 were both labelled `1` (and "true" and true `true`): two
+    headers read alike and `--group 1` showed both groups. A string that reads as JSON is quoted."""
+    rows = [{"prompt_id": k, "reward": 1, "length": 10 + 10 * s} for k in ["1", 1, "true", True, "x"] for s in range(2)]
+    data = write(tmp_path / "in.jsonl", rows)
+    rc, stdout, err = cli(capsys, "explain", "kimi", "--data", data, "--width", 100)
+    assert (rc, err) == (0, "")
+    assert [line.split("  rows")[0] for line in stdout.splitlines() if line.startswith("group ")] == \
+        ['group "1"', "group 1", 'group "true"', "group true", "group x"]
+    for label, rows_shown in [("1", "rows 3-4"), ('"1"', "rows 1-2"), ("true", "rows 7-8"), ('"true"', "rows 5-6")]:
+        rc, stdout, err = cli(capsys, "explain", "kimi", "--data", data, "--group", label, "--width", 100)
+        assert (rc, err) == (0, "")
+        assert [line for line in stdout.splitlines() if line.startswith("group ")] == \
+            [f"group {label}  {rows_shown}, 2 rollouts"]

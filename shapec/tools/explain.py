@@ -237,15 +237,24 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
 def group_label(key) -> str:
     """A group's key as its header shows it and --group names it: a printable string as it is,
     anything else as JSON (`true`, `1.0`, `"a\\nb"`), so a key can neither break a line nor pass
-    for a key of another type; a first row without a key is `(no key)`."""
+    for a key of another type; a first row without a key is `(no key)`. A string that reads as
+    JSON (`"1"`, `"true"`) is shown as JSON too: plain, it named the group of 1 or true as well."""
     if key is MISSING:
         return "(no key)"
-    if isinstance(key, str) and key.isprintable():
+    if isinstance(key, str) and key.isprintable() and not _reads_as_json(key):
         return key
     try:
         return json.dumps(key, default=str)
     except (ValueError, RecursionError):
         return repr(key)
+
+
+def _reads_as_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: a key of brackets nested past Python's limit
+        return False
+    return True
 
 
 def _some(labels: list[str], n: int = 5) -> str:
