@@ -131,3 +131,36 @@ def test_explain_tells_a_string_key_from_the_number_or_bool_it_spells(tmp_path, 
         assert (rc, err) == (0, "")
         assert [line for line in stdout.splitlines() if line.startswith("group ")] == \
             [f"group {label}  {rows_shown}, 2 rollouts"]
+
+
+# ------------------------------------------------------------------ reward components in a Parquet struct
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_flat_parquet_reward_components_count_the_fields_a_row_has(tmp_path, capsys, suffix):
+    """A struct column of components counted every field of its type for every row, so a row's {}
+    (no components) counted 1 beside a row's {"fmt": 0.5}: every group passed through as non-binary
+    in Parquet, while the same JSONL rows shaped two of three. A null field is absent, as struct_fields reads it."""
+    rows = [{"prompt_id": f"p{g}", "reward": 1, "length": 10 + 10 * s, "reward_components": comp}
+            for g, comp in enumerate([{}, {"fmt": 0.5}, {}]) for s in range(2)]
+    data, out = write(tmp_path / f"in.{suffix}", rows), tmp_path / "out.jsonl"
+    rc, stdout, _ = cli(capsys, "run", "kimi", "--data", data, "--out", out, "--backend", "interpreter", "--no-progress")
+    assert rc == 0
+    assert "groups: 3 in, 2 shaped, 1 passed through, 0 rejected (1 chunk)" in stdout
+    assert rewards_of(out) == [1.5, 0.5, 1.0, 1.0, 1.5, 0.5]
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_nemo_gym_parquet_reward_components_count_the_fields_a_row_has(tmp_path, capsys, suffix):
+    """The NeMo-Gym layout reads Parquet rows as dicts whose structs carry every field (absent ones as
+    None): len() of full_result.reward_components counted them all, as in the flat layout."""
+    text = lambda n: {"response": {"output": [{"type": "message", "role": "assistant",
+                                               "content": [{"type": "output_text", "text": "x" * n}]}]}}
+    rows = [{"prompt_id": f"p{g}", "full_result": {"reward": 1.0, "reward_components": comp, **text(10 + 10 * s)}}
+            for g, comp in enumerate([{}, {"fmt": 0.5}, {}]) for s in range(2)]
+    data, out = write(tmp_path / f"in.{suffix}", rows), tmp_path / "out.jsonl"
+    rc, stdout, _ = cli(capsys, "run", "nemo_rl", "--layout", "nemo-gym", "--group-by", "prompt_id", "--set",
+                        "longest_total_penalty=0.5", "--data", data, "--out", out, "--backend", "interpreter",
+                        "--no-progress")
+    assert rc == 0
+    assert "groups: 3 in, 2 shaped, 1 passed through, 0 rejected (1 chunk)" in stdout
+    assert [json.loads(line)["full_result"]["reward"] for line in out.read_text().splitlines()] == \
+        [1.0, 0.5, 1.0, 1.0, 1.0, 0.5]

@@ -14,6 +14,7 @@ length, an integer beyond what a float64 holds exactly) is a RowError naming the
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,8 +200,9 @@ def _arrow_components(block: ArrowBlock) -> np.ndarray:
     t, is_ = arr.type, pa.types
     if is_list_type(t):
         out = pc.list_value_length(arr).cast(pa.float64())
-    elif is_.is_struct(t):
-        out = pc.if_else(arr.is_valid(), float(t.num_fields), 0.0)
+    elif is_.is_struct(t):  # the fields this row has (a null one is absent, as struct_fields reads it)
+        present = [pc.struct_field(arr, i).is_valid().cast(pa.float64()) for i in range(t.num_fields)]
+        out = functools.reduce(pc.add, present, pa.repeat(0.0, len(arr)))
     elif is_.is_integer(t):
         big = pc.greater(arr, pa.scalar(MAX_EXACT_INT, t)) if t.bit_width == 64 else pa.repeat(False, len(arr))
         if is_.is_signed_integer(t) and t.bit_width == 64:
@@ -278,7 +280,8 @@ class NemoGymLayout:
                 channels[name][i] = _numbers([value], fname, typ, at, one)[0]
             if one:
                 errors[i] = one[0]
-            comps[i] = _component_count(fr.get("reward_components"))
+            comps[i] = _component_count(struct_fields(fr.get("reward_components")) if chunk.block.from_arrow
+                                        else fr.get("reward_components"))
         starts = chunk.offsets[:-1]
         firsts = [rows[s] if isinstance(rows[s], dict) else {} for s in starts]
         metadata = {m.name: [self._meta(r, m.name) for r in firsts] for m in metas}
