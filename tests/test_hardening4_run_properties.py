@@ -61,18 +61,16 @@ def groups_from(seed: int, count: int) -> list[list[dict]]:
     return groups
 
 
-def api(groups: list[list[dict]], backend: str) -> dict[str, float]:
+def api(spec, groups: list[list[dict]], backend: str) -> dict[str, float]:
     """uid -> reward from one call of the Python API over these groups."""
     rows = [r for g in groups for r in g]
     offsets = np.cumsum([0] + [len(g) for g in groups])
-    out = shapec.compile_file(SPEC_PATH[0], backend=backend).eq(
+    out = shapec.compile_file(spec, backend=backend).eq(
         np.array([float(r["reward"]) for r in rows]), offsets=offsets,
         channels={"length": np.array([float(r["length"]) for r in rows])},
         metadata={k: [g[0].get(k) for g in groups] for k in METAS}, params=PARAMS)
     return dict(zip((r["uid"] for r in rows), out.rewards.tolist()))
 
-
-SPEC_PATH: list = []
 
 
 def run(spec, tmp_path, capsys, rows, fin="jsonl", fout="jsonl", backend="interpreter", chunk_rows=65536,
@@ -99,12 +97,11 @@ def run(spec, tmp_path, capsys, rows, fin="jsonl", fout="jsonl", backend="interp
 def test_run_gives_every_row_its_groups_api_reward(spec, tmp_path_factory, capsys, seed, count, fin, fout, backend,
                                                    slack):
     """Chunks of one group (chunk_rows = the largest group) up to the whole file, in any format."""
-    SPEC_PATH[:] = [spec]
     groups = groups_from(seed, count)
     chunk_rows = max(map(len, groups)) + slack
     got, order, _ = run(spec, tmp_path_factory.mktemp("r"), capsys, [r for g in groups for r in g], fin, fout,
                         backend, chunk_rows)
-    want = api(groups, backend)
+    want = api(spec, groups, backend)
     assert order == list(want) and got == want
 
 
@@ -112,13 +109,12 @@ def test_run_gives_every_row_its_groups_api_reward(spec, tmp_path_factory, capsy
 @SETTINGS
 def test_shuffling_whole_groups_permutes_the_rows_and_keeps_every_reward(spec, tmp_path_factory, capsys, seed,
                                                                          count, fin):
-    SPEC_PATH[:] = [spec]
     groups = groups_from(seed, count)
     shuffled = random.Random(seed).sample(groups, len(groups))
     tmp = tmp_path_factory.mktemp("s")
     got, _, _ = run(spec, tmp, capsys, [r for g in groups for r in g], fin, chunk_rows=5)
     again, order, _ = run(spec, tmp, capsys, [r for g in shuffled for r in g], fin, chunk_rows=5)
-    assert order == [r["uid"] for g in shuffled for r in g] and again == got == api(groups, "interpreter")
+    assert order == [r["uid"] for g in shuffled for r in g] and again == got == api(spec, groups, "interpreter")
 
 
 BAD = {"negative length": ("length", -1), "no reward": ("reward", None), "bad band": ("budget", {"total": {"a": 5.0}})}
@@ -132,7 +128,6 @@ def test_skipped_groups_leave_the_others_as_a_file_without_them(spec, tmp_path_f
                                                                bad, slack):
     """Every row of every bad group in the rejects file once; the good groups' rewards, metadata
     and order as in a run of the file without the bad groups, across chunk boundaries."""
-    SPEC_PATH[:] = [spec]
     groups = groups_from(seed, count)
     broken = set()
     for g, kind in bad:
@@ -147,18 +142,17 @@ def test_skipped_groups_leave_the_others_as_a_file_without_them(spec, tmp_path_f
     good = [g for i, g in enumerate(groups) if i not in broken]
     assert sorted(r["record"]["uid"] for r in rejected) == sorted(r["uid"] for i in broken for r in groups[i])
     assert [r["row"] for r in rejected] == sorted(r["row"] for r in rejected)
-    want = api(good, "interpreter") if good else {}
+    want = api(spec, good, "interpreter") if good else {}
     assert order == list(want) and got == want
 
 
 def test_group_size_and_group_by_shape_equal_groups_alike(spec, tmp_path, capsys):
-    SPEC_PATH[:] = [spec]
     groups = [[dict(g[0], uid=f"{i}.{s}", length=40 * s + i) for s in range(3)] for i, g in enumerate(groups_from(7, 6))]
     rows = [r for g in groups for r in g]
     by_key, _, _ = run(spec, tmp_path, capsys, rows, chunk_rows=4)
     by_size, _, _ = run(spec, tmp_path, capsys, rows, "parquet", "jsonl", "interpreter", 4,
                          extra=["--group-size", 3])
-    assert by_key == by_size == api(groups, "interpreter")
+    assert by_key == by_size == api(spec, groups, "interpreter")
 
 
 @given(seed=st.integers(0, 10**6), count=st.integers(2, 8), fin=st.sampled_from(["jsonl", "parquet"]),
