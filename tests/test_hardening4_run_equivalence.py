@@ -126,11 +126,24 @@ def test_explain_tells_a_string_key_from_the_number_or_bool_it_spells(tmp_path, 
     assert (rc, err) == (0, "")
     assert [line.split("  rows")[0] for line in stdout.splitlines() if line.startswith("group ")] == \
         ['group "1"', "group 1", 'group "true"', "group true", "group x"]
-    for label, rows_shown in [("1", "rows 3-4"), ('"1"', "rows 1-2"), ("true", "rows 7-8"), ('"true"', "rows 5-6")]:
-        rc, stdout, err = cli(capsys, "explain", "kimi", "--data", data, "--group", label, "--width", 100)
+    for wanted, shown in [("1", ['group "1"  rows 1-2', "group 1  rows 3-4"]), ('"1"', ['group "1"  rows 1-2']),
+                          ("true", ['group "true"  rows 5-6', "group true  rows 7-8"]),
+                          ('"true"', ['group "true"  rows 5-6'])]:
+        rc, stdout, err = cli(capsys, "explain", "kimi", "--data", data, "--group", wanted, "--width", 100)
         assert (rc, err) == (0, "")
         assert [line for line in stdout.splitlines() if line.startswith("group ")] == \
-            [f"group {label}  {rows_shown}, 2 rollouts"]
+            [f"{header}, 2 rollouts" for header in shown]
+
+
+def test_a_numeric_string_id_is_named_as_written(tmp_path, capsys):
+    """Prompt ids such as "12345" are shown quoted (they read as JSON), and --group 12345 names them."""
+    rows = [{"prompt_id": k, "reward": 1, "length": 10 + 10 * s} for k in ["12345", "777"] for s in range(2)]
+    data = write(tmp_path / "in.jsonl", rows)
+    rc, stdout, err = cli(capsys, "explain", "kimi", "--data", data, "--group", "777", "--width", 100)
+    assert (rc, err) == (0, "")
+    assert [line for line in stdout.splitlines() if line.startswith("group ")] == ['group "777"  rows 3-4, 2 rollouts']
+    rc, _, err = cli(capsys, "explain", "kimi", "--data", data, "--group", "778", "--width", 100)
+    assert rc == 1 and "no group '778'" in err
 
 
 # ------------------------------------------------------------------ reward components in a Parquet struct
