@@ -146,3 +146,20 @@ def test_explain_and_plot_stop_where_run_would(tmp_path, spec, command):
     assert rc == 1, err.getvalue()
     assert "--on-bad-row skip cannot leave its group out: shaper 'centred'" in err.getvalue()
     assert not (tmp_path / "p.png").exists()
+
+
+def test_a_pipeline_is_refused_by_the_stage_whose_rewards_read_a_batch_value(tmp_path):
+    """Each stage is followed under its own params, a repeated stage (`a` twice) included."""
+    spec = tmp_path / "p.shape"
+    spec.write_text(SPEC + """shaper a(w: float = 0.1) produces real {
+  input length: tokens
+  term t = w * (mean(length) - length) / max(length)
+}
+pipeline p = a >> centred >> a(w = 0.2)
+""")
+    data = write_jsonl(tmp_path / "in.jsonl", _rows(bad_group=1))
+    rc, stdout, err = run(spec, "--shaper", "p", "--data", data, "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip")
+    assert rc == 0 and counts(stdout) == (12, 9, 3), err
+    rc, _, err = run(spec, "--shaper", "p", "--data", data, "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip",
+                     "--set", "centred.scope=batch")
+    assert rc == 1 and "cannot leave its group out: shaper 'centred' reads a batch-level value" in err, err
