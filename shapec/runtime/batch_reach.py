@@ -83,9 +83,9 @@ def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None
         return None
 
     def step_reach(step) -> Node | None:
-        if step.name in seen and step.kind in ("let", "gate", "gaterules"):
+        named = step.kind in ("let", "gate", "gaterules")  # what a ref reaches: each is walked once
+        if named and step.name in seen:
             return seen[step.name]
-        seen[step.name] = None  # lets do not refer to themselves; this ends any walk that tries
         found = None
         if step.kind == "gaterules":
             for _verdict, _reason, when in step.rules:
@@ -95,7 +95,7 @@ def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None
         elif not (step.kind in ("term", "factor") and always(step.when, 0.0)):
             for part in (step.expr, step.on, step.when):
                 found = found or reach(part)
-        if step.kind in ("let", "gate", "gaterules"):
+        if named:
             seen[step.name] = found
         return found
 

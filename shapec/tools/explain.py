@@ -201,6 +201,7 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
     console = Console(width=width or (None if sys.stdout.isatty() else 160), soft_wrap=False)
     inputs, _ = _needs(shaper)
     blocks, bar = open_blocks(data, layout, chunk_rows, progress_enabled=False)
+    named = set().union(*map(_labels_named, wanted))
     shown = 0
     labels: list[str] = []
     try:
@@ -212,7 +213,7 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
             for g in range(chunk.groups):
                 label = str(len(labels)) if keys is None else group_label(keys[int(chunk.offsets[g])])
                 labels.append(label)
-                if wanted and not _named(label, wanted):
+                if wanted and label not in named:
                     continue
                 if shown < limit:
                     if traced is None and outcome.result is not None:
@@ -225,7 +226,7 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
     if shown > limit:
         console.print(f"[dim]{shown - limit} more group(s) not shown; use --limit or --group ID[/dim]")
     known = set(labels)
-    missing = [w for w in wanted if w not in known and json.dumps(w) not in known]
+    missing = [w for w in wanted if not _labels_named(w) & known]
     for w in missing:
         close = difflib.get_close_matches(w, list(dict.fromkeys(labels)), n=3, cutoff=0.5)
         hint = (f"closest: {', '.join(map(repr, close))}" if close
@@ -249,12 +250,12 @@ def group_label(key) -> str:
         return repr(key)
 
 
-def _named(label: str, wanted: list[str]) -> bool:
-    """Whether --group names this group: its label, or for a string key shown quoted (`"123"`,
+def _labels_named(wanted: str) -> set[str]:
+    """The labels `--group WANTED` names: its own, and for a string key shown quoted (`"123"`,
     since it reads as JSON) the string itself, so numeric prompt ids are named as they are written;
     in a file that also has the number 123, `--group 123` shows both (their headers differ) and
     `--group '"123"'` the string's group alone."""
-    return label in wanted or any(label == json.dumps(w) for w in wanted)
+    return {wanted, json.dumps(wanted)}
 
 
 def _reads_as_json(text: str) -> bool:

@@ -249,8 +249,8 @@ class _SeenKeys:
     key is remembered as its 64-bit hash (of key_identity; a string's own, the common case, cached
     by Python, in every chunk alike: a chunk of mixed types hashing its strings otherwise did not
     know a string key that came back) with its first row, so memory grows by about 100 bytes per
-    group, however long the keys. Two keys with one hash would stop the run as if one came back, never merge
-    groups; at 10^7 groups that happens with a chance of about 3 in a million."""
+    group, however long the keys. Two keys with one hash would stop the run as if one came back,
+    never merge groups; at 10^7 groups that happens with a chance of about 3 in a million."""
 
     def __init__(self, grouping: Grouping):
         self.grouping = grouping

@@ -131,14 +131,34 @@ class ArrowBlock:
     def __len__(self) -> int:
         return self.table.num_rows
 
-    def _at(self, path: str):
-        """The values at `path` as one Arrow array: the column of that name, else the struct fields
-        its dots name, as get_path walks a JSON row (a null parent gives null); None when the table
-        has no such field, so `--group-by info.id` and `--agent-by agent_ref.name` read a Parquet
-        file's nested fields as they read the same JSONL rows."""
-        if path in self.table.column_names:
-            return self.array(path)
-        head, *rest = path.split(".")
+    def keys(self, path: str) -> list:
+        arr = self.array(path)
+        return [MISSING] * len(self) if arr is None else arr.to_pylist()
+
+    def keys_at(self, path: str, indices) -> list:
+        """keys(path) of these rows only, without converting the whole column."""
+        arr = self.array(path)
+        if arr is None:
+            return [MISSING] * len(indices)
+        import pyarrow as pa
+
+        return arr.take(pa.array(indices, pa.int64())).to_pylist()
+
+    def has_field(self, path: str) -> bool:
+        return self.array(path) is not None
+
+    def readable(self) -> bool:
+        return len(self) > 0
+
+    def array(self, name: str):
+        """One field as a single Arrow array (a chunk may hold several record batches): the column
+        of that name, else the struct fields its dots name, as get_path walks a JSON row (a null
+        parent gives null), so `--group-by info.id` and `--agent-by agent_ref.name` read a Parquet
+        file's nested fields as they read the same JSONL rows; None when there is no such field."""
+        if name in self.table.column_names:
+            col = self.table.column(name)
+            return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+        head, *rest = name.split(".")
         if not rest or head not in self.table.column_names:
             return None
         import pyarrow as pa
@@ -150,33 +170,6 @@ class ArrowBlock:
                 return None  # not a struct, no such field, or a name that repeats
             arr = pc.struct_field(arr, part)
         return arr
-
-    def keys(self, path: str) -> list:
-        arr = self._at(path)
-        return [MISSING] * len(self) if arr is None else arr.to_pylist()
-
-    def keys_at(self, path: str, indices) -> list:
-        """keys(path) of these rows only, without converting the whole column."""
-        arr = self._at(path)
-        if arr is None:
-            return [MISSING] * len(indices)
-        import pyarrow as pa
-
-        return arr.take(pa.array(indices, pa.int64())).to_pylist()
-
-    def has_field(self, path: str) -> bool:
-        return self._at(path) is not None
-
-    def readable(self) -> bool:
-        return len(self) > 0
-
-    def array(self, name: str):
-        """One field as a single Arrow array (a chunk may hold several record batches); a dotted
-        path names a field of a struct column (see _at)."""
-        if name not in self.table.column_names:
-            return self._at(name)
-        col = self.table.column(name)
-        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
 
     def slice(self, a: int, b: int) -> "ArrowBlock":
         return ArrowBlock(self.table.slice(a, b - a))

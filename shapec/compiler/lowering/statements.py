@@ -4,8 +4,6 @@ the order runtime/interp.py runs them."""
 
 from __future__ import annotations
 
-import contextlib
-
 from ..ir import CONST, GROUP, PARAM, Node, Step
 from .emitter import Scope, walk
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
@@ -405,18 +403,23 @@ class Statements:
         """One loop over the group writing term(k) and factor(k) into the breakdown outputs: under
         `if keep:` unless they are always stored."""
         ir, o = self.ir, self.out
-        if not (ir.terms or ir.factors):
-            return
-        with contextlib.ExitStack() as stack:
-            if not self.breakdown_always:
-                o("if keep:")
-                stack.enter_context(o.indented())
+
+        def loop():
             o("for i in range(s, e):")
             with o.indented():
                 for k in range(len(ir.terms)):
                     o(f"terms[{k}, i] = {term(k)}")
                 for k in range(len(ir.factors)):
                     o(f"factors[{k}, i] = {factor(k)}")
+
+        if not (ir.terms or ir.factors):
+            return
+        if self.breakdown_always:
+            loop()
+            return
+        o("if keep:")
+        with o.indented():
+            loop()
 
     def lower_metrics(self, batch: Scope) -> None:
         o = self.out
