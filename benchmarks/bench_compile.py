@@ -5,8 +5,11 @@
     python benchmarks/bench_compile.py --modules nemo_rl:nemo_rl_length   # one pipeline, as `shapec run` loads it
 
 For `nemo_rl` first, then every other stdlib module, each run is a fresh
-`python -c "import shapec; m = shapec.load(NAME); [m[n] for n in NAMES]"` over every shaper and
-pipeline of the module, so that each one's kernels are loaded:
+`python -c "import shapec; m = shapec.load(NAME); [m[n].prepare() for n in NAMES]"` over every
+shaper and pipeline of the module, so that each one's kernels are compiled as its first call with
+the default params would compile them (kernels are compiled on first use, for what the params
+turn off: compiler/specialize.py). Then `nemo_rl:length_penalty` again with one algorithm on
+(`longest_total_penalty = 0.2`) and with all eight on (bench_limit's ALL_ON, the hand kernel's work):
 
 - cold: an empty SHAPEC_CACHE_DIR (a new temporary folder per run), once with the ahead-of-time
   extension (SHAPEC_AOT=1, the default: numba.pycc) and once with numba's JIT cache (SHAPEC_AOT=0);
@@ -44,6 +47,8 @@ import shapec
 from shapec.tools.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench_limit import ALL_ON  # noqa: E402  (the params that turn every NeMo-RL algorithm on)
 
 STDLIB = ROOT / "shapec" / "stdlib"
 QUICK = ("nemo_rl", "efficient", "thinkprune", "short_rl")
@@ -82,8 +87,12 @@ def run(code: str, env: dict, cwd: Path = ROOT) -> Run:
     return Run(seconds, usage.ru_maxrss // 1024, text)
 
 
-def load_code(module: str, names: tuple[str, ...]) -> str:
-    return f"import shapec; m = shapec.load({module!r}); [m[n] for n in {names!r}]"
+def load_code(module: str, names: tuple[str, ...], params: dict | None = None) -> str:
+    """Load the module and compile each name's kernels for `params` (its defaults: {}), as its
+    first call would: kernels are compiled on first use, for what the params turn off."""
+    return (f"import shapec; m = shapec.load({module!r}); P = {params or {}!r}\n"
+            f"for n in {names!r}:\n"
+            f"    s = m[n]; s.prepare({{st.name: P for st, _ in s.stages}} if s.is_pipeline else P)")
 
 
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -116,13 +125,13 @@ class Row:
     load: tuple[float, float]
 
 
-def measure(target: str, repeat: int, warm_runs: int) -> Row:
+def measure(target: str, repeat: int, warm_runs: int, params: dict | None = None, label: str = "") -> Row:
     """Cold runs (fresh folder each) and warm runs (on the last cold folder) of one module, or of
-    some of its shapers (`module:name,name`)."""
+    some of its shapers (`module:name,name`), compiled for `params` (default: the defaults)."""
     LOADS.clear()
     module, _, only = target.partition(":")
     names = tuple(only.split(",")) if only else shapec.load(module, backend="interpreter").names()
-    code = load_code(module, names)
+    code = load_code(module, names, params)
     cold: dict[str, list[float]] = {}
     warm: dict[str, float] = {}
     rss: dict[str, tuple[int, int]] = {}
@@ -145,7 +154,7 @@ def measure(target: str, repeat: int, warm_runs: int) -> Row:
                 warms = [run(code, env) for _ in range(warm_runs)]
                 warm[path] = statistics.median(w.seconds for w in warms)
                 rss[path] = (first.rss_mib, max(w.rss_mib for w in warms))
-    return Row(target, len(names), *counts, cold, warm, rss, fell_back, (min(LOADS), max(LOADS)))
+    return Row(target + label, len(names), *counts, cold, warm, rss, fell_back, (min(LOADS), max(LOADS)))
 
 
 def path_independence(path: str, aot: str) -> tuple[float, float, list[str]]:
@@ -156,7 +165,7 @@ def path_independence(path: str, aot: str) -> tuple[float, float, list[str]]:
         other.mkdir()
         spec = spec_dir / "nemo_rl.shape"
         write_text(spec, (STDLIB / "nemo_rl.shape").read_text())
-        code = "import shapec; m = shapec.compile_file({!r}); [m[n] for n in m.names()]"
+        code = "import shapec; m = shapec.compile_file({!r}); [m[n].prepare() for n in m.names()]"
         env = child_env(cache, aot)
         relative = run(code.format("nemo_rl.shape"), env, cwd=spec_dir)
         before = listing(cache)
@@ -240,14 +249,19 @@ def main() -> None:
     for module in modules:
         rows.append(measure(module, args.repeat, args.warm_runs))
         print(f"  measured {module} ({time.perf_counter() - start:.0f} s so far)", flush=True)
+    if "nemo_rl" in modules:  # one algorithm on (the shaper's doc example), then all eight (as the hand kernel)
+        for params, label in (({"longest_total_penalty": 0.2}, " (1 on)"), (ALL_ON, " (all on)")):
+            rows.append(measure("nemo_rl:length_penalty", args.repeat, args.warm_runs, params, label))
+            print(f"  measured nemo_rl{label} ({time.perf_counter() - start:.0f} s so far)", flush=True)
     print()
     print_table(rows)
     print()
     if "nemo_rl" in modules:
         hand, load = hand_kernel_cold(args.repeat)
-        ours = min(next(r for r in rows if r.module == "nemo_rl").cold["JIT"])
+        ours = min(next(r for r in rows if r.module.endswith("(all on)")).cold["JIT"])
         print(f"hand-written kernel (benchmarks/hand_nemo_rl.py), cold numba compile: {seconds(hand)} s "
-              f"(load {load[0]:.2f}-{load[1]:.2f}); nemo_rl cold JIT {ours:.2f} s = {ours / min(hand):.2f}x of it")
+              f"(load {load[0]:.2f}-{load[1]:.2f}); nemo_rl with all eight on, cold JIT {ours:.2f} s = "
+              f"{ours / min(hand):.2f}x of it")
     problems = []
     for path, aot in ({} if args.no_paths else PATHS).items():
         LOADS.clear()

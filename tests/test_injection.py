@@ -230,7 +230,7 @@ def test_a_refused_module_is_never_written_or_imported(tmp_path, monkeypatch):
     monkeypatch.setattr(lowering.Namer, "comment", lambda self, text: f"# {text}")  # comments go unregistered
     ir = shapec.compile_str(COLLIDE, backend="interpreter").ir("coll")
     with pytest.raises(ShapecInternalError, match="comment the generator did not write"):
-        build.load_kernels(ir)
+        build.load_kernels(ir)[0].prepare()
     with pytest.raises(ShapecInternalError):
         lowering.emit_python(ir)
     assert not (tmp_path / "kernels").exists()
@@ -341,7 +341,8 @@ def _python_kernels(source: str, stages) -> list[Kernel]:
         exec(compile(source, "<generated>", "exec"), namespace)
     finally:
         sys.modules["numba"] = real
-    return [Kernel(low.ir, namespace[f"kernel_{low.fname}"], tuple(low.args)) for low in stages]
+    return [Kernel(low.ir, lambda _specialized, fn=namespace[f"kernel_{low.fname}"]: fn, tuple(low.args))
+            for low in stages]
 
 
 def _quiet(*argv) -> tuple[int, str]:

@@ -40,6 +40,14 @@ def cache(tmp_path, monkeypatch):
     return tmp_path / "kernels"
 
 
+def compiled(ir) -> list:
+    """The kernels of a shaper or pipeline, compiled (load_kernels leaves that to each one's first call)."""
+    kernels = build.load_kernels(ir)
+    for kernel in kernels:
+        kernel.prepare()
+    return kernels
+
+
 def run_python(code: str, cache_dir: Path) -> str:
     env = {**os.environ, "SHAPEC_CACHE_DIR": str(cache_dir)}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
@@ -139,19 +147,22 @@ def test_generated_module_is_readable_python():
     assert "overlong.shape" not in source
 
 
-def test_pipeline_is_one_module_with_a_kernel_per_stage(cache):
+def test_a_pipeline_compiles_a_module_per_stage_on_first_use(cache):
     mod = shapec.compile_file(ROOT / "shapec" / "stdlib" / "grpo_lead.shape", backend="interpreter")
-    source = lowering.emit_python(mod.ir("grpo_lead"))
+    source = lowering.emit_python(mod.ir("grpo_lead"))  # what `shapec compile` prints: every stage
     assert "def kernel_s0_lead_reward(" in source and "def kernel_s1_lead_advantage(" in source
     kernels = build.load_kernels(mod.ir("grpo_lead"))
     assert [k.ir.name for k in kernels] == ["lead_reward", "lead_advantage"]
-    assert len(list(cache.glob("*.py"))) == 1
+    assert not list(cache.glob("*.py"))  # nothing compiled before a call
+    for kernel in kernels:
+        kernel.prepare()
+    assert sorted(p.name.split("_")[1] for p in cache.glob("*.py")) == ["advantage", "reward"]
 
 
 # ------------------------------------------------------------------ the cache
 def test_cache_file_lives_in_the_cache_dir_with_a_hash_header(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    build.load_kernels(ir)
+    compiled(ir)
     (path,) = cache.glob("*.py")
     text = path.read_text()
     assert path.name.startswith("overlong_")
@@ -192,7 +203,7 @@ def test_jit_cache_is_used_when_aot_is_off(cache, monkeypatch):
         import shapec
         shaper = shapec.compile_str(%r, backend="numba").overlong
         out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
-        fn = shaper._kernels[0].fn
+        fn = shaper._kernels[0].prepare()
         print(sum(fn.stats.cache_hits.values()), sum(fn.stats.cache_misses.values()), out.rewards.tolist())
     ''' % OVERLONG
     monkeypatch.setenv("SHAPEC_AOT", "0")
@@ -206,7 +217,7 @@ def test_jit_cache_is_used_when_aot_is_off(cache, monkeypatch):
 
 def test_corrupt_extension_is_rebuilt_never_loaded(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    build.load_kernels(ir)
+    compiled(ir)
     (so,) = cache.glob("shapec_aot_*.so")
     good = so.read_bytes()
     build._MODULES.clear()
@@ -214,32 +225,43 @@ def test_corrupt_extension_is_rebuilt_never_loaded(cache):
     broken.write_bytes(good[: len(good) // 2])  # truncated; a new file, as the loaded one stays mapped
     os.replace(broken, so)
     built = build.STATS["built"]
-    kernels = build.load_kernels(ir)
+    kernels = compiled(ir)
     assert build.STATS["built"] == built + 1
     assert so.read_bytes() != good[: len(good) // 2]
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
-    assert shaper._kernels[0].fn is kernels[0].fn
+    assert shaper._kernels[0].prepare() is kernels[0].prepare()
     assert shaper([1.0], group_size=1, channels={"length": [8]}).rewards.tolist() == [0.5]
 
 
-def test_without_a_c_compiler_kernels_fall_back_to_the_jit_cache(cache, monkeypatch, caplog):
+@pytest.fixture
+def compiler_check():
+    """numba remembers for the process whether a C compiler works (an lru_cache): a test that
+    hides the compiler starts and ends with that forgotten, so later builds find it again."""
+    from numba.pycc.platform import external_compiler_works
+
+    external_compiler_works.cache_clear()
+    yield
+    external_compiler_works.cache_clear()
+
+
+def test_without_a_c_compiler_kernels_fall_back_to_the_jit_cache(cache, monkeypatch, caplog, compiler_check):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setattr(build, "_FELL_BACK", [])
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
     build_dirs = set(Path(tempfile.gettempdir()).glob("pycc-build-*"))
-    kernels = build.load_kernels(ir)
+    kernels = compiled(ir)
     # numba finds no compiler when the toolchain is built, or (with that check cached) when compiling
     assert build._FELL_BACK and ("cannot build" in build._FELL_BACK[0] or "failed" in build._FELL_BACK[0])
     assert "JIT cache" in caplog.text
     assert set(Path(tempfile.gettempdir()).glob("pycc-build-*")) == build_dirs  # nothing left behind
-    assert hasattr(kernels[0].fn, "stats")  # a numba dispatcher: same generated code, same results
+    assert hasattr(kernels[0].prepare(), "stats")  # a numba dispatcher: same generated code, same results
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     assert shaper([1.0], group_size=1, channels={"length": [8]}).rewards.tolist() == [0.5]
 
 
 def test_corrupt_cache_file_is_rebuilt(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    build.load_kernels(ir)
+    compiled(ir)
     (path,) = cache.glob("*.py")
     good = path.read_text()
     tampered = good.replace("not isnan(x) else 0.0", "not isnan(x) else 99.0")
@@ -247,20 +269,20 @@ def test_corrupt_cache_file_is_rebuilt(cache):
     path.write_text(tampered)  # tampered body, stale header
     build._MODULES.clear()
     written = build.STATS["written"]
-    kernels = build.load_kernels(ir)
+    kernels = compiled(ir)
     assert build.STATS["written"] == written + 1
     assert path.read_text() == good
     shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
     assert shaper([1.0], group_size=1, channels={"length": [12]}).rewards.tolist() == [0.0]
-    assert kernels[0].fn is shaper._kernels[0].fn
+    assert kernels[0].prepare() is shaper._kernels[0].prepare()
 
 
 def test_truncated_cache_file_is_rebuilt(cache):
     ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
     path = build.module_path(ir, lowering.emit_python(ir))
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"\xff\xfe garbage")
-    build.load_kernels(ir)
+    compiled(ir)
     assert path.read_text().startswith("# shapec-sha256: ")
 
 
@@ -298,7 +320,8 @@ def test_numba_failure_is_an_internal_error_naming_spec_and_shaper(cache, monkey
 
     monkeypatch.setattr(numba, "njit", broken_njit)
     with pytest.raises(lowering.ShapecInternalError) as err:
-        shapec.compile_str(OVERLONG, "specs/overlong.shape", backend="numba").overlong
+        shapec.compile_str(OVERLONG, "specs/overlong.shape", backend="numba").overlong([1.0], group_size=1,
+                                                                                     channels={"length": [8]})
     message = str(err.value)
     assert "shaper 'overlong' from specs/overlong.shape" in message
     assert "internal error" in message and "TypingError" in message

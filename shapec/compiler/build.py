@@ -21,7 +21,8 @@ from . import cache
 from .cache import cache_dir
 from .ir import PipelineIR, ShaperIR
 from .kernel import Kernel
-from .lowering import ShapecInternalError, StageLowering, _header, _lower_all
+from .lowering import Namer, ShapecInternalError, StageLowering, _header, _lower_all
+from .lowering.groups import breakdown_always
 
 log = logging.getLogger("shapec")
 
@@ -299,34 +300,49 @@ def _aot_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLoweri
 
 
 def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kernel]:
-    """Generate, cache, import and compile the kernels of a shaper (one) or pipeline (one per stage).
+    """The kernels of a shaper (one) or pipeline (one per stage), each compiled on its first call.
+
+    A kernel is compiled for what its first call's params decide (specialize.py): the algorithms
+    they turn off are left out, so the first compile takes seconds instead of a minute. A later
+    call whose params break one of those facts compiles a more general kernel (kernel.py); all of
+    them take the same arguments and give the same outputs. `Shaper.prepare` compiles ahead.
 
     parallel=True runs chunks of groups on numba's threads (prange) for batches of at least
     PARALLEL_MIN_ROLLOUTS rollouts; the results are the same bit for bit, since each group is
     still computed by one thread in the same order.
-
-    A cache entry that does not load (a garbage module, numba index or extension) is purged and
-    built again once; only a failure after that is a shapec bug. A cache folder that cannot be
-    written (read-only, full, not ours) is replaced by a private temporary one, with a warning.
     """
     from ..runtime.validate import compiled_checks, use_compiled_checks
     from .checks_build import load_checks
 
-    source, stages = _lower_all(ir, parallel)
     if parallel:
         fork_safe_threading()
+    if compiled_checks() is None:  # once per process: any cache folder's copy checks the same way
+        use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
+    shapers = [s for s, _ in ir.stages] if isinstance(ir, PipelineIR) else [ir]
+    kernels = []
+    for shaper in shapers:
+        low = StageLowering(shaper, "s0", Namer(), parallel)  # the arguments every specialisation takes
+        kernels.append(Kernel(shaper, functools.partial(compile_stage, shaper, parallel), tuple(low.args),
+                              parallel, breakdown_always(shaper)))
+    return kernels
+
+
+def compile_stage(ir: ShaperIR, parallel: bool, specialized: ShaperIR | None = None):
+    """The compiled kernel of one shaper, lowered from `specialized` (its IR with facts folded in).
+
+    A cache entry that does not load (a garbage module, numba index or extension) is purged and
+    built again once; only a failure after that is a shapec bug. A cache folder that cannot be
+    written (read-only, full, not ours) is replaced by a private temporary one, with a warning."""
+    source, stages = _lower_all(ir, parallel, specialized)
     for _ in range(2):  # the configured folder, then (once) a private one
         try:
             with compile_notice(ir):
-                fns = _healed_kernels(ir, source, stages, parallel)
-            break
+                return _healed_kernels(ir, source, stages, parallel)[0]
         except cache.KernelCacheError:
             raise
         except OSError as err:
             cache.fall_back(err)  # raises KernelCacheError when already on the private folder
-    if compiled_checks() is None:  # once per process: any cache folder's copy checks the same way
-        use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
-    return [Kernel(low.ir, fn, tuple(low.args), parallel, low.breakdown_always) for low, fn in zip(stages, fns)]
+    raise AssertionError("unreachable: fall_back raises on the private folder")
 
 
 NOTICE_AFTER = 1.0  # seconds: a warm load takes milliseconds, a first compile up to a minute

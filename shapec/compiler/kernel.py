@@ -14,16 +14,26 @@ import numpy as np
 from ..runtime.interp import StageOutput
 from .ir import ShaperIR
 from .lowering import Arg
+from .specialize import UNKNOWN, Facts, specialize
 
 _PARALLEL_LOCK = threading.Lock()
 
 
+MAX_VARIANTS = 3  # the first call's specialisation, one more general, then the general kernel
+
+
 @dataclass
 class Kernel:
-    """One stage's compiled kernel with the recipe for its arguments."""
+    """One stage's kernel with the recipe for its arguments, compiled per call's facts.
+
+    `compile(specialized_ir)` builds the kernel of the IR with facts folded in (None: the general
+    one). The first call compiles for the facts its params settle (specialize.py); a later call
+    whose params break one of them compiles for the facts it shares with the last kernel built,
+    and the third such call for none at all, so a run compiles at most MAX_VARIANTS times however
+    its params move. Every variant takes the same arguments and gives the same outputs."""
 
     ir: ShaperIR
-    fn: object
+    compile: object
     args: tuple[Arg, ...]
     parallel: bool = False
     breakdown_always: bool = False  # a metric reads a term or factor: the kernel always stores them
@@ -37,9 +47,59 @@ class Kernel:
         self.metric_names = tuple(m for m, _ in ir.metrics)
         self._batch_getters = [(i, _getter(a, states)) for i, a in enumerate(self.inputs) if a.source != "params"]
         self._param_slots = [(i, a.key) for i, a in enumerate(self.inputs) if a.source == "params"]
+        self._matrix_slot = next((i for i, a in enumerate(self.inputs)
+                                  if a.source == "params" and a.numba_type == "nt.float64[:, ::1]"), None)
         self._params_seen: tuple = (None, ())  # the last params dict and its arguments (param_arrays reuses dicts)
         # without the breakdown the kernel gets zero-width term and factor arrays that nothing reads or returns
         self._no_breakdown = (np.empty((self.sizes[0], 0)), np.empty((self.sizes[1], 0)))
+        self.facts = Facts(ir)
+        self.variants: dict[tuple, object] = {}  # fact values -> compiled kernel
+        self._last_fn: tuple = (None, None)  # the last param matrix and the kernel chosen for it
+        self._by_matrix: dict[bytes, object] = {}  # param matrix bytes -> the kernel chosen for it
+        self._compile_lock = threading.Lock()
+
+    def prepare(self, params: dict[str, np.ndarray] | None = None):
+        """The compiled kernel for these param arrays (None: for no facts, the general kernel)."""
+        matrix = None if params is None else dict(self.param_values(params)).get(self._matrix_slot)
+        return self.kernel_for(self.facts.of(matrix) if params is not None else self.facts.general)
+
+    def _fn(self, values: list):
+        """The compiled kernel for a call's arguments (compiled now if none fits its facts)."""
+        matrix = values[self._matrix_slot] if self._matrix_slot is not None else None
+        seen, fn = self._last_fn
+        if seen is matrix and fn is not None:
+            return fn
+        key = matrix.tobytes() if matrix is not None else b""
+        fn = self._by_matrix.get(key)
+        if fn is None:
+            fn = self.kernel_for(self.facts.of(matrix))
+            if len(self._by_matrix) > 256:
+                self._by_matrix.clear()
+            self._by_matrix[key] = fn
+        self._last_fn = (matrix, fn)
+        return fn
+
+    def kernel_for(self, facts: tuple):
+        """A compiled variant whose facts all hold in `facts`, compiling one when none does."""
+        fn = self._fitting(facts)
+        if fn is not None:
+            return fn
+        with self._compile_lock:
+            fn = self._fitting(facts)
+            if fn is None:
+                if self.variants:
+                    last = list(self.variants)[-1]
+                    shared = tuple(a if a == b else UNKNOWN for a, b in zip(last, facts))
+                    facts = shared if len(self.variants) < MAX_VARIANTS - 1 else self.facts.general
+                fn = self.compile(specialize(self.ir, self.facts, facts) if facts != self.facts.general else None)
+                self.variants[facts] = fn
+        return fn
+
+    def _fitting(self, facts: tuple):
+        for key, fn in list(self.variants.items()):
+            if all(k is UNKNOWN or k == v for k, v in zip(key, facts)):
+                return fn
+        return None
 
     def param_values(self, params: dict[str, np.ndarray]) -> list[tuple[int, np.ndarray]]:
         """(argument index, packed array) of the params; a params dict seen on the last call reuses its arrays."""
@@ -80,7 +140,7 @@ class Kernel:
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
         with self.lock:
-            state_out, bad_i, bad_g = self.fn(*values, keep, out, terms, factors, skip, gates, metrics)
+            state_out, bad_i, bad_g = self._fn(values)(*values, keep, out, terms, factors, skip, gates, metrics)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "

@@ -216,7 +216,7 @@ def seen_key(ir: ShaperIR, params: Any, G: int) -> tuple | None:
         return None
     try:
         key = (id(ir), G, tuple((k, _typed(v)) for k, v in params.items()) if tuple in types
-               else (tuple(params.items()), types))
+               else (tuple(params.items()), types, _zero_signs(params.values())))
         hash(key)
     except TypeError:
         return None
@@ -225,10 +225,18 @@ def seen_key(ir: ShaperIR, params: Any, G: int) -> tuple | None:
 
 def _typed(value: Any) -> tuple:
     """A value with its type, and its items' (a band (1, 3, True) is not (1, 3, 1.0): equal, and it
-    hashes alike, but only one of them is valid); lists become tuples, so the key is hashable."""
+    hashes alike, but only one of them is valid); lists become tuples, so the key is hashable.
+    A float zero carries its sign: -0.0 == 0.0, but `-coeff * x` is a zero of the other sign."""
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_typed(v) for v in value))
+    if isinstance(value, float) and value == 0.0:
+        return (type(value).__name__, value, math.copysign(1.0, value))
     return (type(value).__name__, value)
+
+
+def _zero_signs(values) -> tuple:
+    """The signs of the float zeros among values (what equality and hashing leave out)."""
+    return tuple(math.copysign(1.0, v) for v in values if isinstance(v, float) and v == 0.0)
 
 
 # Arrays of params that are the same for every group, by (params, G): a training loop passes the

@@ -252,6 +252,17 @@ class CompiledShaper:
                 raise ParamError(f"unknown stage {key!r} in params of pipeline {self.name!r}{hint}")
         return [{**args, **mapping_of_params(params.get(s.name), f"params[{s.name!r}]")} for s, args in self.stages]
 
+    def prepare(self, params: Mapping[str, Any] | None = None, groups: int = 1) -> "CompiledShaper":
+        """Compile the kernels for these params now, so that the first training step does not wait
+        for numba; `params` as a call takes them (per-group values: `groups` of them).
+
+        The numba backend compiles each kernel for what its params turn off (specialize.py); a
+        call whose params turn on more compiles again, at most twice. No-op on the interpreter."""
+        if self._kernels is not None:
+            for (ir, _), values, kernel in zip(self.stages, self._stage_params(params), self._kernels):
+                kernel.prepare(param_arrays(ir, values, groups))
+        return self
+
     # ------------------------------------------------------------ call
     def __call__(
         self,

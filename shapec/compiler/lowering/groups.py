@@ -38,6 +38,12 @@ def _names(code: str) -> set[str]:
 
 
 
+def breakdown_always(ir) -> bool:
+    """Whether a metric reads a term or factor: the kernel then always stores the breakdown."""
+    read = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op == "ref" and n.attr[0] == "var"}
+    return any(v in read for v in (*ir.terms, *ir.factors))
+
+
 class Groups:
     """The part of StageLowering (stage.py) that assembles the kernel and its group function."""
 
@@ -55,7 +61,7 @@ class Groups:
         self.in_chunk = False
         # a metric that reads a term or factor needs every group's values after the loop: then the
         # breakdown is always stored; otherwise only when the caller passes keep (breakdown=True)
-        self.breakdown_always = any(v in self.metric_vars for v in (*ir.terms, *ir.factors))
+        self.breakdown_always = breakdown_always(ir)
         self.term_slots: dict[int, str] = {}
         self.factor_slots: dict[int, str] = {}
         for k, t in enumerate(ir.terms):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..ir import CONST, Node, Step
 from .emitter import Scope, walk
+from .statements import always
 
 
 def _var_refs(nodes) -> list[str]:
@@ -86,7 +87,10 @@ class Sinking:
                         seen.add(reader.name)
                         stack.append(reader.name)
                     continue
-                conds = [c for c in self.group_conjuncts(reader.when) if self._decidable(c, at, sunk)]
+                if self.dead(reader):
+                    continue  # applies nowhere: it reads nothing (statements.guarded)
+                conds = [c for c in self.group_conjuncts(reader.when)
+                         if not always(c) and self._decidable(c, at, sunk)]
                 if not conds:
                     return None
                 if conds not in clauses:
@@ -103,7 +107,11 @@ class Sinking:
 
     def is_guarded(self, step: Step) -> bool:
         """Whether a term, clamp or factor runs its body under a group-level guard (statements.guarded)."""
-        if step.kind not in ("term", "clamp", "factor") or not self.group_conjuncts(step.when):
+        if step.kind not in ("term", "clamp", "factor"):
+            return False
+        if self.dead(step):
+            return True
+        if not self.group_conjuncts(step.when):
             return False
         return not any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
                        for n in walk(x))

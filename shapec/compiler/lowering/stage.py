@@ -20,7 +20,7 @@ from .statements import Statements
 class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, Sinking, Statements, Groups):
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
-    def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False):
+    def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False, specialized: ShaperIR = None):
         self.ir = ir
         self.fname = fname
         self.namer = namer
@@ -36,3 +36,8 @@ class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, S
         self.chunk_arrays: list[str] = []  # ... and for group-sized scratch, one per chunk of groups
         self.group_locals: list[str] = []  # per-group lets and gates held in locals of the group loop
         self.plan_args()
+        # the arguments are the general kernel's, so that every specialisation of it takes the same
+        # call (specialize.py); the statements are lowered from the specialised IR
+        self.general_ir = ir
+        if specialized is not None:
+            self.ir = specialized

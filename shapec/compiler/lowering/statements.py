@@ -14,6 +14,16 @@ def _reductions(node: Node) -> list[Node]:
     return [n for n in walk(node) if n.op == "reduce"]
 
 
+def never(cond: Node) -> bool:
+    """A conjunct that is the constant 0: the statement applies nowhere."""
+    return cond.op == "const" and cond.attr == 0.0
+
+
+def always(cond: Node) -> bool:
+    """A conjunct that is the constant 1: it leaves an `and` as the other operands are."""
+    return cond.op == "const" and cond.attr == 1.0
+
+
 def conjuncts(when: Node) -> list[Node]:
     """The operands of a chain of `and`s, left to right (a stack: conditions can be deep)."""
     out, stack = [], [when]
@@ -192,6 +202,10 @@ class Statements:
         conds = self.group_conjuncts(step.when)
         stored = any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
                      for n in walk(x))
+        if self.dead(step):  # a 0 the params settled (specialize.py)
+            off()
+            return
+        conds = [c for c in conds if not always(c)]
         if not conds or stored:
             body()
             return
@@ -216,6 +230,15 @@ class Statements:
         with o.indented():
             off()
         scope.names = saved
+
+    def dead(self, step: Step) -> bool:
+        """A statement whose `when` has a conjunct that is the constant 0 (the params settled it,
+        specialize.py): it applies nowhere, so it reads nothing (unless a metric reads its
+        reductions: then it runs as written, and applies nowhere all the same)."""
+        if step.when is None or not any(never(c) for c in conjuncts(step.when)):
+            return False
+        return not any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
+                       for n in walk(x))
 
     def hoist_passes_beside(self, cond: Node, step: Step, scope: Scope) -> None:
         """The statement's other running reductions, hoisted beside the first conjunct's.
