@@ -237,3 +237,10 @@ def test_prepare_compiles_before_the_first_call(tmp_path, monkeypatch):
     assert list(shaper._kernels[0].variants) == [key]  # the call found it
     interp = shapec.compile_str(SWITCHED, "s.shape", backend="interpreter")["switched"]
     assert interp.prepare({"a": 0.5}) is interp
+
+
+def test_a_negative_zero_param_is_not_the_remembered_positive_one():
+    ir = shapec.compile_str(SWITCHED, "s.shape", backend="interpreter")["switched"].ir
+    assert not np.signbit(param_arrays(ir, {"a": 0.0}, 2)["a"]).any()
+    assert np.signbit(param_arrays(ir, {"a": -0.0}, 2)["a"]).all()
+    assert np.signbit(param_arrays(ir, {"a": [0.0, -0.0]}, 2)["a"]).tolist() == [False, True]
