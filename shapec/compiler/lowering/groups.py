@@ -64,6 +64,7 @@ class Groups:
         self.breakdown_always = breakdown_always(ir)
         self.term_slots: dict[int, str] = {}
         self.factor_slots: dict[int, str] = {}
+        self.constant_slots: dict[tuple[str, int], str] = {}  # a dead term's 0.0, a dead factor's 1.0
         for k, t in enumerate(ir.terms):
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
@@ -144,7 +145,8 @@ class Groups:
         head("run = np.zeros(width)  " + self.note("the group's running rewards"))
         head("base = np.zeros(width)  " + self.note("the reward entering the factors: they apply where it is > 0"))
         for line in self.chunk_arrays:
-            head(line)
+            if line.split(" = ", 1)[0] in used:  # a let the params left unread has no scratch (specialize.py)
+                head(line)
         body = head.text() + groups + "    return bad_i, bad_g\n"
         stored, loaded = _names_by_context(body)
         order = [a.name for a in self.args]
@@ -232,6 +234,8 @@ class Groups:
                 o(self.note(self.label(step)))
                 getattr(self, f"step_{step.kind}")(step, scope)
             self.finish_group(scope)
-            # each group starts with its lets and gates missing, as a fresh array slot would be
-            o.lines[mark:mark] = ["    " * depth + f"{name} = nan" for name in self.group_locals]
+            # each group starts with its lets and gates missing, as a fresh array slot would be (those
+            # read somewhere: a let the params left unread is never computed, specialize.py)
+            _, loaded = _names_by_context("\n".join(o.lines[mark - 3:]))
+            o.lines[mark:mark] = ["    " * depth + f"{name} = nan" for name in self.group_locals if name in loaded]
 

@@ -269,9 +269,20 @@ class Statements:
         group = [c for c in conjuncts(when) if c.ty.level <= GROUP and not c.ty.items]
         return sorted(group, key=lambda c: any(n.op in ("reduce", "breduce") for n in walk(c)))
 
+    def constant(self, step: Step, kind: str, k: int) -> bool:
+        """A dead statement (`dead`) whose value nothing stores per rollout: it reads as its literal
+        (a term 0.0, still added in its place in the sum, so a -0.0 sum stays what it was)."""
+        if self.breakdown_always or not self.dead(step):
+            return False
+        self.constant_slots[kind, k] = "0.0" if kind == "term" else "1.0"
+        return True
+
     def step_term(self, step: Step, scope: Scope) -> None:
         o = self.out
         k = self.ir.terms.index(step.name)
+        if self.constant(step, "term", k):
+            self.summed.append(k)
+            return
 
         def body():
             value = self.rollout_loop(step, scope)
@@ -321,6 +332,8 @@ class Statements:
         that may alias every input kept LLVM from holding the loops' values in registers."""
         if self.breakdown_always:
             return f"{kind}s[{k}, i]"
+        if (kind, k) in self.constant_slots:
+            return self.constant_slots[kind, k]
         names = self.term_slots if kind == "term" else self.factor_slots
         if k not in names:
             names[k] = self.fresh("tv" if kind == "term" else "fv")
@@ -371,6 +384,15 @@ class Statements:
             self.start_running()
             if self.first_factor:
                 o("base[i - s] = run[i - s]")
+
+        if self.constant(step, "factor", k):
+            if self.first_running or self.first_factor:  # the running reward and base still start here
+                o("for i in range(s, e):")
+                with o.indented():
+                    preamble()
+            self.first_running = False
+            self.first_factor = False
+            return
 
         def body():
             m = self.rollout_loop(step, scope)
