@@ -216,7 +216,8 @@ def seen_key(ir: ShaperIR, params: Any, G: int) -> tuple | None:
         return None
     try:
         key = (id(ir), G, tuple((k, _typed(v)) for k, v in params.items()) if tuple in types
-               else (tuple(params.items()), types, _zero_signs(params.values())))
+               else (tuple(params.items()), types, _zero_signs(params.values())
+                     if 0.0 in params.values() else ()))
         hash(key)
     except TypeError:
         return None
