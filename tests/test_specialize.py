@@ -244,3 +244,24 @@ def test_a_negative_zero_param_is_not_the_remembered_positive_one():
     assert not np.signbit(param_arrays(ir, {"a": 0.0}, 2)["a"]).any()
     assert np.signbit(param_arrays(ir, {"a": -0.0}, 2)["a"]).all()
     assert np.signbit(param_arrays(ir, {"a": [0.0, -0.0]}, 2)["a"]).tolist() == [False, True]
+
+
+def test_threads_on_a_first_call_compile_one_kernel(tmp_path, monkeypatch):
+    import threading
+
+    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SHAPEC_AOT", "0")
+    shaper = shapec.compile_str(SWITCHED, "s.shape", backend="numba")["switched"]
+    kernel = shaper._kernels[0]
+    built = []
+    compile_real = kernel.compile
+    kernel.compile = lambda specialised: built.append(specialised) or compile_real(specialised)
+    call = dict(group_size=2, channels={"length": [3.0, 5.0]}, params={"a": 0.5})
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(shaper([1.0, 1.0], **call).rewards.tobytes()))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and len(results) == 4 and len(set(results)) == 1
