@@ -393,3 +393,18 @@ def test_cli_check_does_not_import_numba():
             "print('numba' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_a_repeated_stage_builds_an_extension_with_a_valid_module_name(cache, monkeypatch):
+    """A pipeline's second `a` is the stage `a#2`; its module's file name is also the extension's
+    C module name, so it is written with `_` (a `#` there failed gcc and turned the extension
+    build off for the rest of the process)."""
+    monkeypatch.setattr(build, "_FELL_BACK", [])
+    source = OVERLONG + "pipeline twice = overlong >> overlong\n"
+    shaper = shapec.compile_str(source, backend="numba").twice
+    out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
+    assert out.rewards.tolist() == [1.0, -1.0]
+    assert not build._FELL_BACK and build.aot_enabled()
+    names = sorted(p.name for p in cache.glob("shapec_aot_*.so"))
+    assert len(names) == 2 and all(n.split(".")[0].isidentifier() for n in names)
+    assert any(n.startswith("shapec_aot_overlong_2_") for n in names)

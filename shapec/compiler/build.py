@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import os
 import platform
+import re
 import sys
 import threading
 import warnings
@@ -63,7 +64,9 @@ def module_path(ir: ShaperIR | PipelineIR, source: str) -> Path:
     generates the same module as its shaper, and the two then share one file and one compile
     (`load("nemo_rl")` has both)."""
     first = ir.stages[0][0].name if isinstance(ir, PipelineIR) else ir.name
-    return cache_dir() / f"{first[:_NAME_CHARS]}_{cache_key(source)[:24]}.py"
+    # a repeated pipeline stage is named `a#2`: the file name is also the extension's C module name
+    first = re.sub(r"\W", "_", first[:_NAME_CHARS])
+    return cache_dir() / f"{first}_{cache_key(source)[:24]}.py"
 
 
 @functools.lru_cache(maxsize=None)
