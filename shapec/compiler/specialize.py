@@ -75,22 +75,22 @@ class Facts:
         if matrix is None or matrix.ndim != 2 or matrix.shape[1] == 0:
             return self.general
         lets: dict[str, np.ndarray | None] = {}
+        memo: dict[int, object] = {}  # shared: a condition's sub-conditions are conditions too
 
         def column(name: str):
             return matrix[self.rows[name]] if name in self.rows else None
 
         out = []
         for _, node in self.conditions:
-            out.append(_settled(self._value(node, column, lets)))
+            out.append(_settled(self._value(node, column, lets, memo)))
         for name in self.zeros:
             row = matrix[self.rows[name]]
             out.append(True if bool(np.all(row == 0.0)) and not np.signbit(row).any() else UNKNOWN)
         return tuple(out)
 
-    def _value(self, root: Node, column, lets: dict):
+    def _value(self, root: Node, column, lets: dict, memo: dict):
         """The node's value in each group (an array of G, or a scalar), or None if it is not a
-        param-level expression this evaluator follows."""
-        memo: dict[int, object] = {}
+        param-level expression this evaluator follows; `memo` (by node id) holds what is done."""
         for n in post_order(root, lambda x: x.args, memo):
             memo[id(n)] = self._step(n, [memo[id(a)] for a in n.args], column, lets)
         return memo[id(root)]
@@ -107,7 +107,7 @@ class Facts:
                 return column(name)
             if ns == "var" and name in self.defs and self.defs[name].expr.ty.level <= PARAM:
                 if name not in lets:
-                    lets[name] = self._value(self.defs[name].expr, column, lets)
+                    lets[name] = self._value(self.defs[name].expr, column, lets, {})
                 return lets[name]
             return None
         if op == "not":

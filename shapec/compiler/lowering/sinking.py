@@ -113,8 +113,7 @@ class Sinking:
             return True
         if not self.group_conjuncts(step.when):
             return False
-        return not any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
-                       for n in walk(x))
+        return not self.metric_reads_reductions(step)
 
     def emit_sunk_let(self, step: Step, scope: Scope) -> None:
         """The let, under the `or` of its readers' clauses; its own reductions stay inside."""

@@ -38,6 +38,5 @@ class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, S
         self.plan_args()
         # the arguments are the general kernel's, so that every specialisation of it takes the same
         # call (specialize.py); the statements are lowered from the specialised IR
-        self.general_ir = ir
         if specialized is not None:
             self.ir = specialized

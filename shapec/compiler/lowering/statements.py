@@ -199,14 +199,11 @@ class Statements:
         included) are skipped. Values hoisted inside the guard leave the scope with it, and a
         statement whose reductions a metric reads is never guarded.
         """
-        conds = self.group_conjuncts(step.when)
-        stored = any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
-                     for n in walk(x))
         if self.dead(step):  # a 0 the params settled (specialize.py)
             off()
             return
-        conds = [c for c in conds if not always(c)]
-        if not conds or stored:
+        conds = [c for c in self.group_conjuncts(step.when) if not always(c)]
+        if not conds or self.metric_reads_reductions(step):
             body()
             return
         o = self.out
@@ -237,8 +234,12 @@ class Statements:
         reductions: then it runs as written, and applies nowhere all the same)."""
         if step.when is None or not any(never(c) for c in conjuncts(step.when)):
             return False
-        return not any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
-                       for n in walk(x))
+        return not self.metric_reads_reductions(step)
+
+    def metric_reads_reductions(self, step: Step) -> bool:
+        """Whether a metric reads a reduction of the statement (then its reductions run for every group)."""
+        return any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
+                   for n in walk(x))
 
     def hoist_passes_beside(self, cond: Node, step: Step, scope: Scope) -> None:
         """The statement's other running reductions, hoisted beside the first conjunct's.
