@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapec.runtime import fastcheck, validate
+from shapec.runtime.batch import as_flags
 from shapec.runtime.validate import BatchError
 
 VALUES = st.one_of(st.sampled_from([0.0, -0.0, 1.0, 2.5, -1.0, 3.0, math.nan, math.inf, -math.inf, 1e308]),
@@ -45,9 +46,9 @@ def test_clean_values_agrees_with_numpy(values, nonneg, allow_nan, whole):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(0, 3 * fastcheck.BLOCK + 7), st.data(), st.booleans(), st.booleans(), st.booleans())
+@given(st.integers(0, 2000), st.data(), st.booleans(), st.booleans(), st.booleans())
 def test_clean_values_finds_one_bad_value_anywhere_in_a_long_array(n, data, nonneg, allow_nan, whole):
-    """Arrays longer than a block, clean but for at most one value: the blocks' bounds are right."""
+    """Arrays longer than a vectorized loop's chunks, clean but for at most one value: its tail is tested too."""
     arr = np.arange(n, dtype=np.float64) % 7
     if n and data.draw(st.booleans()):
         arr[data.draw(st.integers(0, n - 1))] = data.draw(VALUES)
@@ -55,6 +56,18 @@ def test_clean_values_finds_one_bad_value_anywhere_in_a_long_array(n, data, nonn
     bad |= nonneg & (arr < 0)
     bad |= whole & np.isfinite(arr) & (arr != np.floor(arr))
     assert bool(fastcheck.clean_values(arr, nonneg, allow_nan, whole)) == (not bad.any())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(VALUES, max_size=40), st.booleans())
+def test_clean_flags_is_clean_values_then_as_flags(values, allow_nan):
+    """The fused pass gives the verdict of clean_values and, when clean, the flags of batch.as_flags, bit for bit."""
+    arr = np.array(values, dtype=np.float64)
+    out = np.full(len(arr), 7.0)
+    ok = bool(fastcheck.clean_flags(arr, allow_nan, out))
+    assert ok == bool(fastcheck.clean_values(arr, False, allow_nan, False))
+    if ok:
+        assert out.tobytes() == as_flags(arr).tobytes()
 
 
 @settings(max_examples=300, deadline=None)

@@ -314,3 +314,34 @@ def test_read_only_arrays_take_the_general_path_on_jit_kernels(monkeypatch):
     fast._lane = None
     assert_same(result, fast(rewards, group_size=2, channels={"x": x}, metadata={"cap": cap}))
     assert result.rewards.tolist() == [0.925, 0.0, 0.75, 1.0]
+
+
+def test_one_params_dict_changed_in_place_between_calls_is_read_again(monkeypatch):
+    """The lane remembers the last call's param values by identity: a training loop that edits its
+    config dict in place (a schedule), to an equal value of another type, or to a zero of the other
+    sign, gets that call's rewards, not the remembered ones."""
+    spec = """shaper s(w: float = 0.5, n: int = 2) requires binary produces real {
+  input length: tokens
+  gate right = reward > 0
+  term t = -w * float(length) / n on right
+}
+"""
+    fast = shapec.compile_str(spec, "s.shape", "numba")["s"]
+    oracle = shapec.compile_str(spec, "s.shape", "interpreter")["s"]
+    rewards, length = np.array([1.0, 0.0, 1.0, 1.0]), np.array([3.0, 1.0, 0.0, 5.0])
+    calls = []
+    monkeypatch.setattr(fast._lane, "_remember_last", lambda *a, real=fast._lane._remember_last: (
+        calls.append(a[1]), real(*a))[1])
+    params = {"w": 0.5, "n": 2}
+    for w, n in ((0.5, 2), (0.25, 2), (0.25, 4), (0.0, 4), (-0.0, 4), (0, 4), (False, 4), (1.0, 4), (1, 4)):
+        params["w"], params["n"] = w, n
+        call = dict(group_size=2, channels={"length": length}, params=params)
+        try:
+            want = oracle(rewards, **call).terms["t"].tobytes()  # a term of 0 length carries w's sign
+        except Exception as err:
+            with pytest.raises(type(err)):
+                fast(rewards, **call)
+            continue
+        assert fast(rewards, **call).terms["t"].tobytes() == want, (w, n)
+        assert fast(rewards, **call).terms["t"].tobytes() == want, (w, n)  # the remembered arrays, by identity
+    assert len(calls) >= 8

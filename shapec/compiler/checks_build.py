@@ -20,6 +20,7 @@ from .cache import cache_dir
 log = logging.getLogger("shapec")
 EXPORTS = {  # name -> pycc signature; validate.py passes exactly these layouts
     "clean_values": "b1(f8[::1], b1, b1, b1)",
+    "clean_flags": "b1(f8[::1], b1, f8[::1])",
     "clean_offsets": "b1(i8[::1], i8)",
     "band_rows": "b1(f8[:, ::1], f8[:, ::1])",
 }
