@@ -24,6 +24,7 @@ from .ir import PipelineIR, ShaperIR
 from .kernel import Kernel
 from .lowering import Namer, ShapecInternalError, StageLowering, _header, _lower_all
 from .lowering.groups import breakdown_always
+from .pycc_mixins import share_mixins
 
 log = logging.getLogger("shapec")
 
@@ -264,6 +265,7 @@ def _compile_into(cc, so: Path) -> None:
 
     with _BUILD_LOCK, cache.build_folder(so.parent) as tmp, _patched(pycc, "tempfile", _TempfileIn(tmp)):
         cc.output_dir = str(tmp)
+        share_mixins(cc, so.parent)
         cc.compile()
         built = tmp / so.name
         digest = hashlib.sha256(built.read_bytes()).hexdigest()

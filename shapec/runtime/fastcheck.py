@@ -42,7 +42,7 @@ def clean_flags(arr, allow_nan, out):
     for i in range(arr.shape[0]):
         v = arr[i]
         bad += (abs(v) == math.inf) | ((not allow_nan) & (v != v))
-        out[i] = v if v != v else (1.0 if v != 0.0 else 0.0)
+        out[i] = math.nan if v != v else (1.0 if v != 0.0 else 0.0)
     return bad == 0
 
 

@@ -1,0 +1,102 @@
+"""pycc's C support objects are compiled once per cache folder and linked into every extension
+(compiler/pycc_mixins.py): a second extension compiles no C file, extensions sharing them load
+side by side in one process and compute what the interpreter computes, and a damaged object is
+compiled again, never linked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import shapec
+from shapec.compiler import build, cache, pycc_mixins
+
+HALF = "shaper half() {\n  term t = -0.5 when reward > 0\n}\n"
+THIRD = "shaper third(w: float = 0.25) produces real {\n  input length: tokens\n  term t = -w * float(length)\n}\n"
+
+
+@pytest.fixture
+def kernels(tmp_path, monkeypatch):
+    """A fresh cache folder for ahead-of-time builds, nothing remembered in this process."""
+    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("SHAPEC_AOT", "1")
+    monkeypatch.setattr(build, "_MODULES", {})
+    monkeypatch.setattr(cache, "_PRIVATE", [])
+    monkeypatch.setattr(build, "_FELL_BACK", [])
+    return tmp_path / "kernels"
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """The C files compiled in this test, by every pycc toolchain."""
+    from numba.pycc.platform import Toolchain
+
+    seen = []
+    real = Toolchain.compile_objects
+    monkeypatch.setattr(Toolchain, "compile_objects",
+                        lambda self, sources, *a, **k: seen.extend(sources) or real(self, sources, *a, **k))
+    return seen
+
+
+def both(source: str, name: str, **call):
+    """The shaper's rewards from the numba backend (an extension) and from the interpreter."""
+    fast = shapec.compile_str(source, f"{name}.shape", "numba")[name](**call).rewards
+    slow = shapec.compile_str(source, f"{name}.shape", "interpreter")[name](**call).rewards
+    return fast.tobytes(), slow.tobytes()
+
+
+def mixins(folder):
+    return sorted(folder.glob("shapec_mixin_*.o"))
+
+
+def test_the_second_extension_compiles_no_c_file_and_both_load_in_one_process(kernels, compiles):
+    fast, slow = both(HALF, "half", rewards=[1.0, 0.0], group_size=2)
+    assert fast == slow
+    objects = mixins(kernels)
+    assert len(objects) == len(set(compiles)) > 1  # the first build compiled them, once each
+    stamps = [p.stat().st_mtime_ns for p in objects]
+    compiles.clear()
+    built = build.STATS["built"]
+    fast, slow = both(THIRD, "third", rewards=np.array([1.0, 0.0, 1.0]), group_size=3,
+                      channels={"length": np.array([2.0, 0.0, 4.0])})
+    assert fast == slow
+    assert build.STATS["built"] == built + 1 and compiles == []
+    assert [p.stat().st_mtime_ns for p in mixins(kernels)] == stamps
+    assert len(list(kernels.glob("shapec_aot_*.so"))) == 2
+    again = shapec.compile_str(HALF, "half.shape", "numba")["half"]([1.0, 0.0], group_size=2).rewards.tolist()
+    assert again == [0.5, 0.0]  # the first extension still answers beside the second
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "digests"])
+def test_a_damaged_object_is_compiled_again_not_linked(kernels, compiles, damage):
+    assert both(HALF, "half", rewards=[1.0, 0.0], group_size=2)[0] == np.array([0.5, 0.0]).tobytes()
+    victim = mixins(kernels)[0]
+    if damage == "flip":
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    elif damage == "truncate":
+        victim.write_bytes(victim.read_bytes()[:100])
+    elif damage == "delete":
+        victim.unlink()
+    else:
+        next(kernels.glob("shapec_mixin_*.sha256")).write_text("not a digest")
+    compiles.clear()
+    fast, slow = both(THIRD, "third", rewards=np.array([1.0, 1.0]), group_size=2,
+                      channels={"length": np.array([3.0, 1.0])})
+    assert fast == slow
+    assert len(compiles) == len(mixins(kernels))  # every object compiled again
+    compiles.clear()
+    both(THIRD.replace("0.25", "0.5"), "third", rewards=np.array([1.0]), group_size=1,
+         channels={"length": np.array([3.0])})
+    assert compiles == []  # and intact from then on
+
+
+def test_the_key_follows_what_the_objects_are_compiled_from():
+    sources = [pycc_mixins.__file__]
+    key = pycc_mixins._key(sources, [("A", 1)], ["/inc"], [])
+    assert key == pycc_mixins._key(sources, [("A", 1)], ["/inc"], [])
+    assert key != pycc_mixins._key(sources, [("A", 0)], ["/inc"], [])
+    assert key != pycc_mixins._key(sources, [("A", 1)], ["/other"], [])
+    assert key != pycc_mixins._key(sources, [("A", 1)], ["/inc"], ["-O0"])
+    assert key != pycc_mixins._key([build.__file__], [("A", 1)], ["/inc"], [])
