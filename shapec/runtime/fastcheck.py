@@ -37,7 +37,8 @@ def clean_values(arr, nonneg, allow_nan, whole):
 @njit(cache=True, nogil=True)
 def clean_flags(arr, allow_nan, out):
     """`clean_values(arr, False, allow_nan, False)` and, when it holds, `out` filled with the flags
-    batch.as_flags makes (any non-zero number 1, NaN kept): the check and the conversion in one pass."""
+    batch.as_flags makes (any non-zero number 1, NaN as numpy's own NaN, whatever the input's sign or
+    payload): the check and the conversion in one pass."""
     bad = 0
     for i in range(arr.shape[0]):
         v = arr[i]
