@@ -197,7 +197,6 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
     """Compile the kernels ahead of time into a CPython extension (numba.pycc), so that a later
     process loads them in milliseconds without importing numba. False when this machine cannot
     (no setuptools or no C compiler): the caller then uses numba's JIT cache, the same code."""
-    module = _import(path, ir)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # pycc is "pending deprecation" in numba; see docs/lowering.md
@@ -213,6 +212,8 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
         _fall_back(f"numba.pycc cannot build here ({type(err).__name__}: {err})")
         return False
     cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
+    share_mixins(cc, so.parent)  # gcc compiles them, if they are missing, while numba compiles the kernels
+    module = _import(path, ir)
     returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
     for low in stages:
         # pycc compiles its exports with Python's error model: export a call into the
@@ -265,7 +266,6 @@ def _compile_into(cc, so: Path) -> None:
 
     with _BUILD_LOCK, cache.build_folder(so.parent) as tmp, _patched(pycc, "tempfile", _TempfileIn(tmp)):
         cc.output_dir = str(tmp)
-        share_mixins(cc, so.parent)
         cc.compile()
         built = tmp / so.name
         digest = hashlib.sha256(built.read_bytes()).hexdigest()

@@ -61,6 +61,7 @@ def _build(so: Path) -> bool:
         from numba.pycc import CC
     cc = CC(build._extension_name(so))
     cc.target_cpu = "host"
+    build.share_mixins(cc, so.parent)  # gcc compiles them, if they are missing, while numba compiles the checks
     for name, signature in EXPORTS.items():
         cc.export(name, signature)(getattr(fastcheck, name).py_func)
     build._compile_into(cc, so)

@@ -20,6 +20,8 @@ import hashlib
 import os
 import sys
 import sysconfig
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 from . import cache
@@ -28,13 +30,16 @@ MIXIN_NAME = "shapec_mixin"
 
 
 def share_mixins(cc, folder: Path) -> None:
-    """Make this CC link the shared objects kept in `folder` instead of compiling its own."""
+    """Make this CC link the shared objects kept in `folder` instead of compiling its own. Missing
+    ones start compiling now, one gcc per file on threads, while numba compiles the exports on
+    this one: on two cores they cost the build little more than its longest file."""
     cc._init_function = "pycc_init_" + MIXIN_NAME
-    cc._compile_mixins = lambda build_dir: shared_objects(cc, folder, Path(build_dir))
+    pending = _start(cc, folder)
+    cc._compile_mixins = lambda build_dir: pending.result()
 
 
-def shared_objects(cc, folder: Path, build_dir: Path) -> list[str]:
-    """Paths of the mixin objects in `folder`, compiled now (in `build_dir`) if missing."""
+def _start(cc, folder: Path) -> Future:
+    """A future of the objects' paths: done already when an intact set is in `folder`."""
     sources = cc._get_mixin_sources()
     macros = [(name, MIXIN_NAME if name == "PYCC_MODULE_NAME" else value) for name, value in cc._get_mixin_defines()]
     include_dirs = cc._toolchain.get_python_include_dirs()
@@ -43,16 +48,33 @@ def shared_objects(cc, folder: Path, build_dir: Path) -> list[str]:
     targets = [folder / f"shapec_mixin_{key}_{i}.o" for i in range(len(sources))]
     manifest = folder / f"shapec_mixin_{key}.sha256"
     if _intact(targets, manifest):
-        return [str(t) for t in targets]
-    objects = cc._toolchain.compile_objects(sources, str(build_dir), include_dirs=include_dirs, macros=macros,
-                                            extra_cflags=flags)
-    digests = []
-    for built, target in zip(objects, targets):
-        data = Path(built).read_bytes()
-        cache.write_atomic(target, data)
-        digests.append(hashlib.sha256(data).hexdigest())
+        done: Future = Future()
+        done.set_result([str(t) for t in targets])
+        return done
+    compile_one = partial(_compile_one, type(cc._toolchain), include_dirs, macros, flags)
+    return _POOL.submit(_compile_all, compile_one, folder, sources, targets, manifest)
+
+
+def _compile_all(compile_one, folder: Path, sources: list[str], targets: list[Path], manifest: Path) -> list[str]:
+    with cache.build_folder(folder) as build_dir, ThreadPoolExecutor(len(sources)) as pool:
+        objects = list(pool.map(compile_one, sources, [build_dir / str(i) for i in range(len(sources))]))
+        digests = []
+        for built, target in zip(objects, targets):
+            data = Path(built).read_bytes()
+            cache.write_atomic(target, data)
+            digests.append(hashlib.sha256(data).hexdigest())
     cache.write_atomic(manifest, "\n".join(digests).encode())
     return [str(t) for t in targets]
+
+
+def _compile_one(toolchain, include_dirs: list, macros: list, flags: list, source: str, out: Path) -> str:
+    """One C file into `out` with a toolchain of its own (distutils' compiler objects keep state)."""
+    (obj,) = toolchain().compile_objects([source], str(out), include_dirs=include_dirs, macros=macros,
+                                         extra_cflags=flags)
+    return obj
+
+
+_POOL = ThreadPoolExecutor(1, thread_name_prefix="shapec-pycc-mixins")  # one set at a time
 
 
 def _intact(targets: list[Path], manifest: Path) -> bool:
