@@ -100,3 +100,20 @@ def test_the_key_follows_what_the_objects_are_compiled_from():
     assert key != pycc_mixins._key(sources, [("A", 1)], ["/other"], [])
     assert key != pycc_mixins._key(sources, [("A", 1)], ["/inc"], ["-O0"])
     assert key != pycc_mixins._key([build.__file__], [("A", 1)], ["/inc"], [])
+
+
+def test_a_missing_set_compiles_on_other_threads_while_numba_compiles(kernels, monkeypatch):
+    """The C files are compiled off the calling thread, which meanwhile compiles the exports with
+    numba: the build waits for gcc only at the link."""
+    import threading
+
+    from numba.pycc.platform import Toolchain
+
+    threads = []
+    real = Toolchain.compile_objects
+    monkeypatch.setattr(Toolchain, "compile_objects", lambda self, sources, *a, **k: (
+        threads.append(threading.current_thread()), real(self, sources, *a, **k))[1])
+    fast, slow = both(HALF, "half", rewards=[1.0, 0.0], group_size=2)
+    assert fast == slow
+    assert len(threads) == len(mixins(kernels)) > 1
+    assert threading.main_thread() not in threads and len(set(threads)) > 1

@@ -1,4 +1,4 @@
-"""numba.pycc's C support code, compiled once per machine and linked into every extension.
+"""numba.pycc's C support code, compiled once per cache folder and linked into every extension.
 
 pycc compiles six C files into each extension it builds (its module mixin, which includes
 numba's helper library, the typed dict, list and set objects and the NRT): 2.4 s of gcc per
@@ -8,6 +8,7 @@ calls it by that name: `share_mixins` names it `pycc_init_shapec_mixin` for ever
 so one set of objects serves them all. The linker keeps only `PyInit_<module>` exported, so the
 shared name is never seen outside an extension.
 
+A missing set is compiled while numba compiles the extension's exports (`share_mixins`).
 The objects live in the cache folder, keyed by everything they are compiled from (the sources,
 macros and flags, the compiler, Python's headers, numba and this CPU). Each is written under a
 temporary name and renamed, their SHA-256 digests last; a set whose digests do not all match is
