@@ -144,16 +144,18 @@ class Groups:
                 head(f"{scratch} = {init}")
         head("run = np.zeros(width)  " + self.note("the group's running rewards"))
         head("base = np.zeros(width)  " + self.note("the reward entering the factors: they apply where it is > 0"))
-        lines = [line for line in self.chunk_arrays
-                 if line.split(" = ", 1)[0] in used]  # a let the params left unread has no scratch (specialize.py)
-        rows = [line.split(" = ", 1)[0] for line in lines if line.endswith(" = np.full(width, nan)")]
+        scratch = [line.split(" = ", 1) for line in self.chunk_arrays]
+        scratch = [(name, init) for name, init in scratch if name in used]  # none for a let left unread (specialize.py)
+        rows = [name for name, init in scratch if init == "np.full(width, nan)"]
         if len(rows) > 1:  # one allocation, not one per let: on a small call each cost about 30 ns
             head(f"rows = np.full(({len(rows)}, width), nan)  " + self.note("a row of missing values per let"))
             for j, name in enumerate(rows):
                 head(f"{name} = rows[{j}]")
-        for line in lines:
-            if len(rows) <= 1 or line.split(" = ", 1)[0] not in rows:
-                head(line)
+        else:
+            rows = []
+        for name, init in scratch:
+            if name not in rows:
+                head(f"{name} = {init}")
         body = head.text() + groups + "    return bad_i, bad_g\n"
         stored, loaded = _names_by_context(body)
         order = [a.name for a in self.args]
