@@ -102,18 +102,27 @@ def test_the_key_follows_what_the_objects_are_compiled_from():
     assert key != pycc_mixins._key([build.__file__], [("A", 1)], ["/inc"], [])
 
 
-def test_a_missing_set_compiles_on_other_threads_while_numba_compiles(kernels, monkeypatch):
+@pytest.mark.parametrize("cores", [2, 4])
+def test_a_missing_set_compiles_on_other_threads_leaving_numba_a_core(kernels, monkeypatch, cores):
     """The C files are compiled off the calling thread, which meanwhile compiles the exports with
-    numba: the build waits for gcc only at the link."""
+    numba: the build waits for gcc only at the link. They take every core but one (numba's), and
+    are compiled without debug info."""
     import threading
 
     from numba.pycc.platform import Toolchain
 
-    threads = []
+    threads, flags = [], []
     real = Toolchain.compile_objects
-    monkeypatch.setattr(Toolchain, "compile_objects", lambda self, sources, *a, **k: (
-        threads.append(threading.current_thread()), real(self, sources, *a, **k))[1])
+
+    def spy(self, sources, *a, **k):
+        threads.append(threading.current_thread())
+        flags.append(k["extra_cflags"])
+        return real(self, sources, *a, **k)
+
+    monkeypatch.setattr(Toolchain, "compile_objects", spy)
+    monkeypatch.setattr(pycc_mixins, "_cores", lambda: cores)
     fast, slow = both(HALF, "half", rewards=[1.0, 0.0], group_size=2)
     assert fast == slow
-    assert len(threads) == len(mixins(kernels)) > 1
-    assert threading.main_thread() not in threads and len(set(threads)) > 1
+    assert len(threads) == len(mixins(kernels)) > cores
+    assert threading.main_thread() not in threads and len(set(threads)) == cores - 1
+    assert all(f[-1] == "-g0" for f in flags)

@@ -44,7 +44,9 @@ def _start(cc, folder: Path) -> Future:
     sources = cc._get_mixin_sources()
     macros = [(name, MIXIN_NAME if name == "PYCC_MODULE_NAME" else value) for name, value in cc._get_mixin_defines()]
     include_dirs = cc._toolchain.get_python_include_dirs()
-    flags = cc._get_extra_cflags()
+    flags = list(cc._get_extra_cflags())
+    if getattr(cc._toolchain._compiler, "compiler_type", "") == "unix":
+        flags.append("-g0")  # after Python's own -g: debug info is a fifth of gcc's time, and nobody reads it
     key = _key(sources, macros, include_dirs, flags)
     targets = [folder / f"shapec_mixin_{key}_{i}.o" for i in range(len(sources))]
     manifest = folder / f"shapec_mixin_{key}.sha256"
@@ -57,7 +59,10 @@ def _start(cc, folder: Path) -> Future:
 
 
 def _compile_all(compile_one, folder: Path, sources: list[str], targets: list[Path], manifest: Path) -> list[str]:
-    with cache.build_folder(folder) as build_dir, ThreadPoolExecutor(len(sources)) as pool:
+    # one core stays numba's: its compile is the build's critical path, and six gcc beside it on
+    # two cores slowed it by half (the first, longest file starts first)
+    workers = max(1, min(len(sources), _cores() - 1))
+    with cache.build_folder(folder) as build_dir, ThreadPoolExecutor(workers) as pool:
         objects = list(pool.map(compile_one, sources, [build_dir / str(i) for i in range(len(sources))]))
         digests = []
         for built, target in zip(objects, targets):
@@ -76,6 +81,14 @@ def _compile_one(toolchain, include_dirs: list, macros: list, flags: list, sourc
 
 
 _POOL = ThreadPoolExecutor(1, thread_name_prefix="shapec-pycc-mixins")  # one set at a time
+
+
+def _cores() -> int:
+    """The processors this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _intact(targets: list[Path], manifest: Path) -> bool:
