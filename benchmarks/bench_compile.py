@@ -14,8 +14,8 @@ turn off: compiler/specialize.py). Then `nemo_rl:length_penalty` again with one 
 - cold: an empty SHAPEC_CACHE_DIR (a new temporary folder per run), once with the ahead-of-time
   extension (SHAPEC_AOT=1, the default: numba.pycc) and once with numba's JIT cache (SHAPEC_AOT=0);
 - new AOT: cold with the extension, in a folder that already holds what is built once per folder
-  (the batch-checks extension and pycc's shared C objects): a new spec on a machine that has
-  compiled one before;
+  (pycc's shared C objects, and the batch checks, which the first extension built there carries):
+  a new spec on a machine that has compiled one before;
 - warm: the same command again on the folder its cold run filled (median of --warm-runs).
 
 Then the counter-example for the compile target: the hand-written numba kernel of bench_limit
@@ -56,9 +56,10 @@ from bench_limit import ALL_ON  # noqa: E402  (the params that turn every NeMo-R
 STDLIB = ROOT / "shapec" / "stdlib"
 QUICK = ("nemo_rl", "efficient", "thinkprune", "short_rl")
 PATHS = {"AOT": "1", "JIT": "0", "new AOT": "1"}  # SHAPEC_AOT for each build path
-# "new AOT": cold, in a folder that already holds what is built once per folder (the batch-checks
-# extension and pycc's shared C objects, compiler/pycc_mixins.py): a new spec on a machine that has
-# compiled one before. SEED fills the folder with them, untimed, by compiling a one-line spec.
+# "new AOT": cold, in a folder that already holds what is built once per folder (pycc's shared C
+# objects, compiler/pycc_mixins.py, and the batch checks, carried by the folder's first extension:
+# compiler/checks_build.py): a new spec on a machine that has compiled one before. SEED fills the
+# folder with them, untimed, by compiling a one-line spec.
 SEED = ("import shapec; shapec.compile_str('shaper seed() {\\n  term t = -0.5 when reward > 0\\n}\\n')"
         ".seed.prepare()")
 LOADS: list[float] = []  # 1-minute load averages sampled before each child of the current row

@@ -18,6 +18,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from ..runtime.validate import compiled_checks, use_compiled_checks
 from . import cache
 from .cache import cache_dir
 from .ir import PipelineIR, ShaperIR
@@ -203,6 +204,7 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
             from numba.pycc import CC
         from numba import types as nt
         from numba.core.errors import NumbaError
+        from .checks_build import carry as carry_checks
     except ImportError as err:
         _fall_back(f"numba.pycc is unavailable ({err})")
         return False
@@ -213,6 +215,8 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
         return False
     cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
     share_mixins(cc, so.parent)  # gcc compiles them, if they are missing, while numba compiles the kernels
+    if compiled_checks() is None:  # none in this folder yet: this extension carries them (checks_build.py)
+        carry_checks(cc)
     module = _import(path, ir)
     returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
     for low in stages:
@@ -299,9 +303,26 @@ def _aot_kernels(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLoweri
         if module is None:
             raise ShapecInternalError(f"internal error: the extension just built for {ir.name!r} ({so}) does not load")
     try:
-        return [getattr(module, f"kernel_{low.fname}") for low in stages]
+        kernels = [getattr(module, f"kernel_{low.fname}") for low in stages]
     except AttributeError as err:  # a foreign extension under this name: load_kernels purges and rebuilds
         raise ShapecInternalError(f"internal error: {so} is not the extension of {ir.name!r} ({err})") from err
+    _adopt_checks(module, so)
+    return kernels
+
+
+def _adopt_checks(module, so: Path) -> None:
+    """A process still without batch checks takes the ones this extension carries (and notes it for
+    the processes that load no kernel of its), else builds the standalone ones: a folder whose
+    carrier was purged, or filled by an older shapec."""
+    from . import checks_build
+
+    if compiled_checks() is not None:
+        return
+    if checks_build.carries(module):
+        use_compiled_checks(module)
+        checks_build.note_carrier(so)
+    else:
+        use_compiled_checks(checks_build.build_checks())
 
 
 def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kernel]:
@@ -316,12 +337,11 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     PARALLEL_MIN_ROLLOUTS rollouts; the results are the same bit for bit, since each group is
     still computed by one thread in the same order.
     """
-    from ..runtime.validate import compiled_checks, use_compiled_checks
     from .checks_build import load_checks
 
     if parallel:
         fork_safe_threading()
-    if compiled_checks() is None:  # once per process: any cache folder's copy checks the same way
+    if compiled_checks() is None:  # until found: any cache folder's copy checks the same way
         use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
     shapers = [s for s, _ in ir.stages] if isinstance(ir, PipelineIR) else [ir]
     kernels = []
@@ -385,6 +405,10 @@ def _kernels(path: Path, ir, source: str, stages: list[StageLowering], parallel:
     fns = _aot_kernels(path, ir, stages) if not parallel and aot_enabled() else None
     if fns is None:  # parallel kernels need numba's threading layer, which pycc cannot build
         fns = _jit_kernels(path, ir, stages)
+        if compiled_checks() is None:  # this process's extension build failed: the JIT checks, as its kernels
+            from .checks_build import load_checks
+
+            use_compiled_checks(load_checks(jit=True))
     return fns
 
 

@@ -117,7 +117,11 @@ class FastLane:
 
     def _gather(self, values: list, rewards, group_size, offsets, channels, metadata, params):
         """Fill the kernel's batch arguments in `values`; (rewards, offsets, param arrays)."""
-        if self.checks is None or type(rewards) is not np.ndarray:
+        if self.checks is None:  # none yet: the first kernel extension a cache folder builds carries them
+            self.checks = compiled_checks()
+            if self.checks is None:
+                raise _Aside
+        if type(rewards) is not np.ndarray:
             raise _Aside
         n = len(rewards)
         r = _vector(rewards, n, _F64).copy()  # the result hands it back as the stage's reward_in

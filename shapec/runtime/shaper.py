@@ -17,7 +17,7 @@ from .batch import Batch, make_batch
 from .fastlane import FastLane
 from .interp import Interpreter, StageOutput
 from .params import ParamError, mapping_of_params, param_arrays, params_model
-from .validate import BatchError, as_array, compiled_checks, is_finite_number, numeric, show
+from .validate import BatchError, as_array, is_finite_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -173,7 +173,7 @@ class CompiledShaper:
             from ..compiler.build import load_kernels
 
             self._kernels = load_kernels(ir, self.parallel)
-            if len(self.stages) == 1 and compiled_checks() is not None:
+            if len(self.stages) == 1:
                 lane = FastLane(self, self._kernels[0])
                 self._lane = lane if lane.fills_every_argument else None
 
