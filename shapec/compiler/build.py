@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 
 from ..runtime.validate import compiled_checks, use_compiled_checks
-from . import cache
+from . import cache, checks_build
 from .cache import cache_dir
 from .ir import PipelineIR, ShaperIR
 from .kernel import Kernel
@@ -204,7 +204,6 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
             from numba.pycc import CC
         from numba import types as nt
         from numba.core.errors import NumbaError
-        from .checks_build import carry as carry_checks
     except ImportError as err:
         _fall_back(f"numba.pycc is unavailable ({err})")
         return False
@@ -216,7 +215,7 @@ def _build_extension(path: Path, ir: ShaperIR | PipelineIR, stages: list[StageLo
     cc.target_cpu = "host"  # as numba's JIT does; the file name carries this machine's CPU fingerprint
     share_mixins(cc, so.parent)  # gcc compiles them, if they are missing, while numba compiles the kernels
     if compiled_checks() is None:  # none in this folder yet: this extension carries them (checks_build.py)
-        carry_checks(cc)
+        checks_build.carry(cc)
     module = _import(path, ir)
     returns = nt.Tuple((nt.float64[::1], nt.int64, nt.int64))
     for low in stages:
@@ -314,8 +313,6 @@ def _adopt_checks(module, so: Path) -> None:
     """A process still without batch checks takes the ones this extension carries (and notes it for
     the processes that load no kernel of its), else builds the standalone ones: a folder whose
     carrier was purged, or filled by an older shapec."""
-    from . import checks_build
-
     if compiled_checks() is not None:
         return
     if checks_build.carries(module):
@@ -337,12 +334,10 @@ def load_kernels(ir: ShaperIR | PipelineIR, parallel: bool = False) -> list[Kern
     PARALLEL_MIN_ROLLOUTS rollouts; the results are the same bit for bit, since each group is
     still computed by one thread in the same order.
     """
-    from .checks_build import load_checks
-
     if parallel:
         fork_safe_threading()
     if compiled_checks() is None:  # until found: any cache folder's copy checks the same way
-        use_compiled_checks(load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
+        use_compiled_checks(checks_build.load_checks(jit=parallel or not aot_enabled()))  # one pass per batch array
     shapers = [s for s, _ in ir.stages] if isinstance(ir, PipelineIR) else [ir]
     kernels = []
     for shaper in shapers:
@@ -406,9 +401,7 @@ def _kernels(path: Path, ir, source: str, stages: list[StageLowering], parallel:
     if fns is None:  # parallel kernels need numba's threading layer, which pycc cannot build
         fns = _jit_kernels(path, ir, stages)
         if compiled_checks() is None:  # this process's extension build failed: the JIT checks, as its kernels
-            from .checks_build import load_checks
-
-            use_compiled_checks(load_checks(jit=True))
+            use_compiled_checks(checks_build.load_checks(jit=True))
     return fns
 
 
