@@ -80,3 +80,49 @@ def test_breakdown_off_returns_the_same_rewards_and_no_terms(backend):
     assert lean.metrics == full.metrics
     off = shaper(rewards, group_size=4, channels=channels, params=params, breakdown=False, training=False)
     assert off.terms == {} and off.rewards.tobytes() == rewards.tobytes()
+
+
+def test_params_the_same_in_every_group_reach_the_kernel_as_one_column(ir):
+    """The kernel reads column min(g, columns - 1): one column for uniform params, whether passed as
+    scalars or as per-group values that are all the same bits; a row of G otherwise."""
+    from shapec.compiler.build import load_kernels
+
+    (kernel,) = load_kernels(ir)
+    shapes = lambda params: [a.shape[:2] for _, a in kernel.param_values(params)]  # noqa: E731
+    P, B = len(kernel._param_slots[0][1]), len(kernel._param_slots[1][1])
+    assert shapes(param_arrays(ir, {"top_percentile": 0.25}, 5)) == [(P, 1), (B, 1)]
+    assert shapes(param_arrays(ir, {"top_percentile": [0.25] * 5}, 5)) == [(P, 1), (B, 1)]
+    assert shapes(param_arrays(ir, {"top_percentile": [0.25, 0.25, 0.5, 0.25, 0.25]}, 5)) == [(P, 5), (B, 1)]
+    bands = [None, None, (1.0, 2.0, 0.5), None, None]
+    assert shapes(param_arrays(ir, {"global_band_total": bands}, 5)) == [(P, 1), (B, 5)]
+    # the same value, not the same bits: -0.0 and 0.0 stay apart (a kernel may tell them apart)
+    assert shapes(param_arrays(ir, {"answer_bonus": [0.0, -0.0]}, 2))[0] == (P, 2)
+    assert shapes(param_arrays(ir, {"top_percentile": 0.25}, 1)) == [(P, 1), (B, 1)]
+    assert shapes(param_arrays(ir, {"top_percentile": 0.25}, 0)) == [(P, 0), (B, 0)]
+
+
+@pytest.mark.parametrize("G", [1, 3, 40])
+def test_one_column_and_a_row_per_group_shape_alike(G, monkeypatch):
+    """The kernel given one column of uniform params and the kernel given a row of G copies agree
+    with each other and with the interpreter."""
+    from shapec.compiler import kernel as kernel_module
+
+    rng = np.random.default_rng(G)
+    shaper = shapec.load("nemo_rl", backend="numba").length_penalty
+    n = G * 4
+    call = dict(rewards=(rng.random(n) < 0.6).astype(float), group_size=4,
+                channels={"reasoning": rng.integers(1, 900, n).astype(float),
+                          "answer": rng.integers(1, 200, n).astype(float),
+                          "low_effort": np.zeros(n)})
+    params = {"longest_total_penalty": 0.2, "total_bonus": 0.1, "global_band_total": (300.0, 900.0, 0.5),
+              "profile_band_total": True, "pass_rate_length_penalty_weight": 0.3}
+    one = shaper(**call, params=params)
+    widths = []
+    monkeypatch.setattr(kernel_module, "_one_column_if_uniform",
+                        lambda packed: widths.append(packed.shape[1]) or np.ascontiguousarray(packed))
+    rows = shaper(**call, params={k: [v] * G for k, v in params.items()})
+    assert widths == [G, G]
+    slow = shapec.load("nemo_rl", backend="interpreter").length_penalty(**call, params=params)
+    assert one.rewards.tobytes() == rows.rewards.tobytes() == slow.rewards.tobytes()
+    for name in one.terms:
+        assert one.terms[name].tobytes() == rows.terms[name].tobytes() == slow.terms[name].tobytes(), name

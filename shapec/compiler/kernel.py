@@ -22,6 +22,16 @@ _PARALLEL_LOCK = threading.Lock()
 MAX_VARIANTS = 3  # the first call's specialisation, one more general, then the general kernel
 
 
+def _one_column_if_uniform(packed: np.ndarray) -> np.ndarray:
+    """(P, G[, 4]) params -> (P, 1[, 4]) when every group has the same bits: the kernel reads column
+    min(g, columns - 1), so uniform params take one cache line instead of a row of G values each."""
+    if packed.shape[1] > 1:
+        bits = packed.view(np.int64)
+        if (bits == bits[:, :1]).all():
+            return np.ascontiguousarray(packed[:, :1])
+    return np.ascontiguousarray(packed)
+
+
 @dataclass
 class Kernel:
     """One stage's kernel with the recipe for its arguments, compiled per call's facts.
@@ -105,7 +115,7 @@ class Kernel:
         """(argument index, packed array) of the params; a params dict seen on the last call reuses its arrays."""
         seen, prepared = self._params_seen
         if seen is not params:
-            prepared = [(i, np.ascontiguousarray(np.stack([params[k] for k in keys]), dtype=np.float64))
+            prepared = [(i, _one_column_if_uniform(np.stack([params[k] for k in keys]).astype(np.float64)))
                         for i, keys in self._param_slots]
             self._params_seen = (params, prepared)
         return prepared

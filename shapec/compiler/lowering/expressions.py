@@ -91,7 +91,7 @@ class Expressions:
             ns, name = node.attr
             if ns == "param":
                 self.need_g(ctx)
-                return f"params[{self.param_rows[name]}, g]"
+                return f"params[{self.param_rows[name]}, min(g, params.shape[1] - 1)]"  # one column: uniform
             if ns == "input":
                 return f"{self.input_names[name]}[i]"
             if ns == "var":

@@ -101,7 +101,8 @@ class Hoisting:
             ns, name = node.attr
             self.need_g(ctx)
             if ns == "param":
-                parts = [f"param_bands[{self.param_band_rows[name]}, g, {c}]" for c in range(4)]
+                column = "min(g, param_bands.shape[1] - 1)"  # one column: the same band for every group
+                parts = [f"param_bands[{self.param_band_rows[name]}, {column}, {c}]" for c in range(4)]
             else:
                 parts = [f"{self.band_names[name]}[g, {c}]" for c in range(4)]
         elif node.op == "bandlit":
