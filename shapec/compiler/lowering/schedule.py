@@ -58,22 +58,18 @@ def _effects(node: ast.AST, mutating: dict[str, tuple[int, ...]]) -> tuple[set[s
             for k in mutating.get(n.func.id, ()):
                 if k < len(n.args) and isinstance(n.args[k], ast.Name):
                     writes.add(n.args[k].id)
+    stores = [n.value for n in ast.walk(node)
+              if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)]
+    # the array of an element store is written, not read, unless it is read elsewhere too
+    store_ids = set(map(id, stores))
+    loaded = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+              and id(n) not in store_ids}
+    reads -= {array.id for array in stores} - loaded
     for n in ast.walk(node):
-        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name):
-            if not _reads_elsewhere(node, n.value.id):  # the array of an element store is written, not read
-                reads.discard(n.value.id)
-        elif isinstance(n, ast.For) and isinstance(n.target, ast.Name):  # loop indices live in their loop
+        if isinstance(n, ast.For) and isinstance(n.target, ast.Name):  # loop indices live in their loop
             reads.discard(n.target.id)
             writes.discard(n.target.id)
     return reads | updated, writes
-
-
-def _reads_elsewhere(node: ast.AST, name: str) -> bool:
-    """Whether name is read other than as the array of an element store."""
-    stores = {id(n.value) for n in ast.walk(node)
-              if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) and isinstance(n.value, ast.Name)}
-    return any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load) and id(n) not in stores
-               for n in ast.walk(node))
 
 
 def split(lines: list[str], depth: int) -> list[Statement]:
