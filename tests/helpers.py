@@ -56,3 +56,15 @@ def ragged_offsets(rng, largest: int, most_groups: int):
 
     sizes = rng.integers(0, largest + 1, int(rng.integers(1, most_groups + 1)))
     return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def fresh_aot_cache(tmp_path, monkeypatch):
+    """An empty cache folder for ahead-of-time builds, and nothing this process remembers of others."""
+    from shapec.compiler import build, cache
+
+    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
+    monkeypatch.setenv("SHAPEC_AOT", "1")
+    monkeypatch.setattr(build, "_MODULES", {})
+    monkeypatch.setattr(cache, "_PRIVATE", [])
+    monkeypatch.setattr(build, "_FELL_BACK", [])
+    return tmp_path / "kernels"

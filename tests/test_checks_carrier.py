@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.compiler import build, cache, checks_build
+from shapec.compiler import build, checks_build
 from shapec.runtime import fastcheck, validate
+
+from .helpers import fresh_aot_cache
 
 HALF = "shaper half() {\n  term t = -0.5 when reward > 0\n}\n"
 THIRD = "shaper third(w: float = 0.25) produces real {\n  input length: tokens\n  term t = -w * float(length)\n}\n"
@@ -21,13 +23,8 @@ CALL = {"rewards": np.array([1.0, 0.0, 1.0]), "group_size": 3, "channels": {"len
 @pytest.fixture
 def fresh(tmp_path, monkeypatch):
     """An empty cache folder for ahead-of-time builds, and a process that has loaded no checks."""
-    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setenv("SHAPEC_AOT", "1")
-    monkeypatch.setattr(build, "_MODULES", {})
-    monkeypatch.setattr(cache, "_PRIVATE", [])
-    monkeypatch.setattr(build, "_FELL_BACK", [])
     monkeypatch.setattr(validate, "_FAST", None)
-    return tmp_path / "kernels"
+    return fresh_aot_cache(tmp_path, monkeypatch)
 
 
 def new_process(monkeypatch):

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.compiler import build, cache, pycc_mixins
+from shapec.compiler import build, pycc_mixins
+
+from .helpers import fresh_aot_cache
 
 HALF = "shaper half() {\n  term t = -0.5 when reward > 0\n}\n"
 THIRD = "shaper third(w: float = 0.25) produces real {\n  input length: tokens\n  term t = -w * float(length)\n}\n"
@@ -17,13 +19,7 @@ THIRD = "shaper third(w: float = 0.25) produces real {\n  input length: tokens\n
 
 @pytest.fixture
 def kernels(tmp_path, monkeypatch):
-    """A fresh cache folder for ahead-of-time builds, nothing remembered in this process."""
-    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setenv("SHAPEC_AOT", "1")
-    monkeypatch.setattr(build, "_MODULES", {})
-    monkeypatch.setattr(cache, "_PRIVATE", [])
-    monkeypatch.setattr(build, "_FELL_BACK", [])
-    return tmp_path / "kernels"
+    return fresh_aot_cache(tmp_path, monkeypatch)
 
 
 @pytest.fixture
