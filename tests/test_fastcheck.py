@@ -71,6 +71,28 @@ def test_clean_flags_is_clean_values_then_as_flags(values, allow_nan):
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.lists(VALUES, max_size=40), st.booleans())
+def test_a_bool_column_checked_in_one_pass_is_what_numpy_makes_of_it(values, allow_nan):
+    """The general path's bool columns (batch._checked): the compiled pass's flags, or its error,
+    are the numpy validators' bit for bit."""
+    from shapec.runtime.batch import _checked
+
+    arr = np.array(values, dtype=np.float64)
+
+    def outcome(checks):
+        saved = validate._FAST
+        validate._FAST = checks
+        try:
+            return _checked("b", arr, "bool", allow_nan).tobytes()
+        except BatchError as err:
+            return str(err)
+        finally:
+            validate._FAST = saved
+
+    assert outcome(fastcheck) == outcome(None)
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.lists(VALUES, min_size=3, max_size=3), min_size=1, max_size=6), st.booleans(),
        st.lists(st.sampled_from([0.0, 1.0, 0.5, math.nan]), min_size=6, max_size=6))
 def test_band_rows_agree_with_numpy(rows, flagged, flags):

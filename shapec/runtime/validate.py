@@ -44,6 +44,14 @@ def clean(arr: np.ndarray, nonneg: bool, allow_nan: bool, whole: bool) -> bool:
     return _fast_1d(arr) and _FAST.clean_values(arr, nonneg, allow_nan, whole)
 
 
+def clean_flags(arr: np.ndarray, allow_nan: bool) -> np.ndarray | None:
+    """A clean bool column's 0/1 flags (batch.as_flags) from one compiled pass; None: look closer."""
+    if not _fast_1d(arr):
+        return None
+    flags = np.empty(len(arr))
+    return flags if _FAST.clean_flags(arr, allow_nan, flags) else None
+
+
 class BatchError(ValueError):
     """Bad input data: names the field, the first bad index and what was expected."""
 
