@@ -33,7 +33,7 @@ MIXIN_NAME = "shapec_mixin"
 def share_mixins(cc, folder: Path) -> None:
     """Make this CC link the shared objects kept in `folder` instead of compiling its own. Missing
     ones start compiling now, on threads (a gcc each, on every core but one), while numba compiles
-    the exports on this one: on two cores gcc ends before numba does, and the link waits for neither."""
+    the exports on this one: on two cores gcc ends before numba does, off the critical path."""
     cc._init_function = "pycc_init_" + MIXIN_NAME
     pending = _start(cc, folder)
     cc._compile_mixins = lambda build_dir: pending.result()
