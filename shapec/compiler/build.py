@@ -30,8 +30,10 @@ from .pycc_mixins import share_mixins
 log = logging.getLogger("shapec")
 
 
+@functools.lru_cache(maxsize=None)
 def numba_version() -> str:
-    """Read from the package metadata: importing numba costs 0.2 s that a warm AOT load never pays."""
+    """Read from the package metadata: importing numba costs 0.2 s that a warm AOT load never pays
+    (the metadata lookup itself 0.2 ms, once per process: every cache key asks)."""
     return importlib.metadata.version("numba")
 
 

@@ -12,6 +12,7 @@ that finds no checks and builds no kernel builds the standalone extension (`buil
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.machinery
 import logging
@@ -35,7 +36,9 @@ EXPORTS = {  # name -> pycc signature; validate.py passes exactly these layouts
 FASTCHECK = Path(__file__).resolve().parents[1] / "runtime" / "fastcheck.py"  # read, not imported: it imports numba
 
 
+@functools.lru_cache(maxsize=None)
 def _stem() -> str:
+    """The checks' name, from what they are compiled from: a process asks up to three times per load."""
     parts = (FASTCHECK.read_text(encoding="utf-8"), repr(sorted(EXPORTS.items())), build.numba_version(), sys.version)
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     return f"shapec_checks_{digest}_{build.host_fingerprint()}"

@@ -29,7 +29,7 @@ def _one_column_if_uniform(packed: np.ndarray) -> np.ndarray:
         bits = packed.view(np.int64)
         if (bits == bits[:, :1]).all():
             return np.ascontiguousarray(packed[:, :1])
-    return np.ascontiguousarray(packed)
+    return packed  # np.stack's own array: C-contiguous
 
 
 @dataclass
@@ -115,7 +115,7 @@ class Kernel:
         """(argument index, packed array) of the params; a params dict seen on the last call reuses its arrays."""
         seen, prepared = self._params_seen
         if seen is not params:
-            prepared = [(i, _one_column_if_uniform(np.stack([params[k] for k in keys]).astype(np.float64)))
+            prepared = [(i, _one_column_if_uniform(np.stack([params[k] for k in keys], dtype=np.float64)))
                         for i, keys in self._param_slots]
             self._params_seen = (params, prepared)
         return prepared
