@@ -1,4 +1,4 @@
-"""Cold and warm kernel loads of the stdlib as whole processes, both build paths; path independence.
+"""Cold and warm kernel loads of the stdlib as whole processes; path independence.
 
     python benchmarks/bench_compile.py [--quick] [--modules nemo_rl l1 ...] [--repeat 1] [--warm-runs 3]
                                        [--no-paths]
@@ -11,23 +11,19 @@ the default params would compile them (kernels are compiled on first use, for wh
 turn off: compiler/specialize.py). Then `nemo_rl:length_penalty` again with one algorithm on
 (`longest_total_penalty = 0.2`) and with all eight on (bench_limit's ALL_ON, the hand kernel's work):
 
-- cold: an empty SHAPEC_CACHE_DIR (a new temporary folder per run), once with the ahead-of-time
-  extension (SHAPEC_AOT=1, the default: numba.pycc) and once with numba's JIT cache (SHAPEC_AOT=0);
-- new AOT: cold with the extension, in a folder that already holds what is built once per folder
-  (pycc's shared C objects, and the batch checks, which the first extension built there carries):
-  a new spec on a machine that has compiled one before;
+- cold: an empty SHAPEC_CACHE_DIR (a new temporary folder per run): lowering, numba's compile,
+  the modules and numba's index written;
 - warm: the same command again on the folder its cold run filled (median of --warm-runs).
 
 Then the counter-example for the compile target: the hand-written numba kernel of bench_limit
 (benchmarks/hand_nemo_rl.py: the eight NeMo-RL algorithms, bit-identical to `length_penalty`)
 compiled cold in a fresh process and an empty NUMBA_CACHE_DIR, with the same numba, on the same
-machine, beside `nemo_rl`'s cold JIT load: the compile time of the same work written by hand.
+machine, beside `nemo_rl`'s cold load: the compile time of the same work written by hand.
 
-Then path independence, on both paths: a copy of nemo_rl.shape compiled as `nemo_rl.shape` from its
-own folder, then by its absolute path from another folder, sharing one cache folder. The second load
-must be warm: it must add or rewrite no file in the folder (a compile writes the module, the
-extension or numba's index and data files); the script exits 1 otherwise. Each process is timed
-with perf_counter around it; peak RSS is the child's (os.wait4).
+Then path independence: a copy of nemo_rl.shape compiled as `nemo_rl.shape` from its own folder,
+then by its absolute path from another folder, sharing one cache folder. The second load must be
+warm: it must add or rewrite no file in the folder; the script exits 1 otherwise. Each process is
+timed with perf_counter around it; peak RSS is the child's (os.wait4).
 
 Not a test: the machine may be shared, so every row carries the 1-minute load averages seen while it
 ran. The figures go to docs/performance.md ("Compile latency").
@@ -47,7 +43,6 @@ from importlib.metadata import version
 from pathlib import Path
 
 import shapec
-from shapec.tools.atomic import write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -55,13 +50,6 @@ from bench_limit import ALL_ON  # noqa: E402  (the params that turn every NeMo-R
 
 STDLIB = ROOT / "shapec" / "stdlib"
 QUICK = ("nemo_rl", "efficient", "thinkprune", "short_rl")
-PATHS = {"AOT": "1", "JIT": "0", "new AOT": "1"}  # SHAPEC_AOT for each build path
-# "new AOT": cold, in a folder that already holds what is built once per folder (pycc's shared C
-# objects, compiler/pycc_mixins.py, and the batch checks, carried by the folder's first extension:
-# compiler/checks_build.py): a new spec on a machine that has compiled one before. SEED fills the
-# folder with them, untimed, by compiling a one-line spec.
-SEED = ("import shapec; shapec.compile_str('shaper seed() {\\n  term t = -0.5 when reward > 0\\n}\\n')"
-        ".seed.prepare()")
 LOADS: list[float] = []  # 1-minute load averages sampled before each child of the current row
 
 
@@ -72,11 +60,11 @@ class Run:
     stderr: str
 
 
-def child_env(cache: Path, aot: str) -> dict:
+def child_env(cache: Path) -> dict:
     """The caller's environment without anything that would move or change the kernels."""
     drop = ("SHAPEC_", "NUMBA_CACHE_DIR", "NUMBA_DISABLE_JIT")
     env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    return {**env, "SHAPEC_CACHE_DIR": str(cache), "SHAPEC_AOT": aot}
+    return {**env, "SHAPEC_CACHE_DIR": str(cache)}
 
 
 def run(code: str, env: dict, cwd: Path = ROOT) -> Run:
@@ -112,7 +100,7 @@ def listing(folder: Path) -> dict[str, tuple[int, int]]:
 
 def generated_lines(folder: Path) -> tuple[int, int]:
     """(generated modules, their total lines) in a filled cache folder."""
-    files = sorted(folder.glob("*.py"))
+    files = sorted(folder.glob("kernels/*.py"))
     return len(files), sum(len(p.read_text().splitlines()) for p in files)
 
 
@@ -127,10 +115,9 @@ class Row:
     names: int
     modules: int
     lines: int
-    cold: dict[str, list[float]]
-    warm: dict[str, float]
-    rss: dict[str, tuple[int, int]]  # path -> (cold, warm) peak RSS in MiB
-    fell_back: list[str]
+    cold: list[float]
+    warm: float
+    rss: tuple[int, int]  # (cold, warm) peak RSS in MiB
     load: tuple[float, float]
 
 
@@ -141,49 +128,36 @@ def measure(target: str, repeat: int, warm_runs: int, params: dict | None = None
     module, _, only = target.partition(":")
     names = tuple(only.split(",")) if only else shapec.load(module, backend="interpreter").names()
     code = load_code(module, names, params)
-    cold: dict[str, list[float]] = {}
-    warm: dict[str, float] = {}
-    rss: dict[str, tuple[int, int]] = {}
-    fell_back: list[str] = []
-    counts = (0, 0)
-    for path, aot in PATHS.items():
-        cold[path] = []
-        for i in range(repeat):
-            with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
-                cache = Path(tmp)
-                env = child_env(cache, aot)
-                if path == "new AOT":
-                    run(SEED, env)
-                first = run(code, env)
-                cold[path].append(first.seconds)
-                if i < repeat - 1 or path == "new AOT":
-                    continue
-                if path == "AOT":
-                    counts = generated_lines(cache)
-                    if len(list(cache.glob("shapec_aot_*"))) < counts[0] * 2:  # each extension + sidecar
-                        fell_back.append(first.stderr.strip() or "no extension was built")
-                warms = [run(code, env) for _ in range(warm_runs)]
-                warm[path] = statistics.median(w.seconds for w in warms)
-                rss[path] = (first.rss_mib, max(w.rss_mib for w in warms))
-    return Row(target + label, len(names), *counts, cold, warm, rss, fell_back, (min(LOADS), max(LOADS)))
+    cold: list[float] = []
+    for i in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
+            env = child_env(Path(tmp))
+            first = run(code, env)
+            cold.append(first.seconds)
+            if i < repeat - 1:
+                continue
+            counts = generated_lines(Path(tmp))
+            warms = [run(code, env) for _ in range(warm_runs)]
+    return Row(target + label, len(names), *counts, cold, statistics.median(w.seconds for w in warms),
+               (first.rss_mib, max(w.rss_mib for w in warms)), (min(LOADS), max(LOADS)))
 
 
-def path_independence(path: str, aot: str) -> tuple[float, float, list[str]]:
+def path_independence() -> tuple[float, float, list[str]]:
     """Cold seconds of the relative load, warm seconds of the absolute one, and what went wrong."""
     with tempfile.TemporaryDirectory(prefix="bench-compile-paths-") as tmp:
         spec_dir, other, cache = Path(tmp) / "spec", Path(tmp) / "elsewhere", Path(tmp) / "cache"
         spec_dir.mkdir()
         other.mkdir()
         spec = spec_dir / "nemo_rl.shape"
-        write_text(spec, (STDLIB / "nemo_rl.shape").read_text())
+        spec.write_text((STDLIB / "nemo_rl.shape").read_text())
         code = "import shapec; m = shapec.compile_file({!r}); [m[n].prepare() for n in m.names()]"
-        env = child_env(cache, aot)
+        env = child_env(cache)
         relative = run(code.format("nemo_rl.shape"), env, cwd=spec_dir)
         before = listing(cache)
         absolute = run(code.format(str(spec)), env, cwd=other)
         after = listing(cache)
-        problems = [f"{path}: new file {f}" for f in sorted(set(after) - set(before))]
-        problems += [f"{path}: rewritten {f}" for f in sorted(set(before) & set(after)) if before[f] != after[f]]
+        problems = [f"new file {f}" for f in sorted(set(after) - set(before))]
+        problems += [f"rewritten {f}" for f in sorted(set(before) & set(after)) if before[f] != after[f]]
         return relative.seconds, absolute.seconds, problems
 
 
@@ -204,7 +178,7 @@ def hand_kernel_cold(repeat: int) -> tuple[list[float], tuple[float, float]]:
     times = []
     for _ in range(max(repeat, 2)):
         with tempfile.TemporaryDirectory(prefix="bench-compile-hand-") as tmp:
-            env = {**child_env(Path(tmp) / "shapec", "1"), "NUMBA_CACHE_DIR": str(Path(tmp) / "numba")}
+            env = {**child_env(Path(tmp) / "shapec"), "NUMBA_CACHE_DIR": str(Path(tmp) / "numba")}
             times.append(run(HAND_CODE, env).seconds)
     return times, (min(LOADS), max(LOADS))
 
@@ -212,31 +186,21 @@ def hand_kernel_cold(repeat: int) -> tuple[list[float], tuple[float, float]]:
 def baseline(code: str) -> float:
     """Median of three processes running code (interpreter start and imports only)."""
     with tempfile.TemporaryDirectory(prefix="bench-compile-base-") as tmp:
-        env = child_env(Path(tmp), "1")
+        env = child_env(Path(tmp))
         run(code, env)
         return statistics.median(run(code, env).seconds for _ in range(3))
 
 
 def print_table(rows: list[Row]) -> None:
-    head = (f"{'module':22} {'names':>5} {'mods':>4} {'lines':>6} {'cold AOT s':>11} {'cold JIT s':>11} {'new AOT s':>10} "
-            f"{'warm AOT s':>10} {'warm JIT s':>10} {'RSS MiB cold/warm AOT, JIT':>27} {'load':>9}")
+    head = f"{'module':32} {'names':>5} {'mods':>4} {'lines':>6} {'cold s':>10} {'warm s':>7} {'RSS MiB cold/warm':>18} {'load':>9}"
     print(head)
     print("-" * len(head))
     for r in rows:
-        mib = f"{r.rss['AOT'][0]}/{r.rss['AOT'][1]}, {r.rss['JIT'][0]}/{r.rss['JIT'][1]}"
-        flag = " *" if r.fell_back else ""
-        print(f"{r.module:22} {r.names:5} {r.modules:4} {r.lines:6} {seconds(r.cold['AOT']):>11} "
-              f"{seconds(r.cold['JIT']):>11} {seconds(r.cold['new AOT']):>10} {r.warm['AOT']:10.2f} {r.warm['JIT']:10.2f} {mib:>27} "
-              f"{r.load[0]:4.2f}-{r.load[1]:.2f}{flag}")
+        print(f"{r.module:32} {r.names:5} {r.modules:4} {r.lines:6} {seconds(r.cold):>10} {r.warm:7.2f} "
+              f"{f'{r.rss[0]}/{r.rss[1]}':>18} {r.load[0]:4.2f}-{r.load[1]:.2f}")
     print("-" * len(head))
-    total = {p: sum(min(r.cold[p]) for r in rows) for p in PATHS}
-    warm_gap = statistics.median(r.warm["JIT"] - r.warm["AOT"] for r in rows)
-    print(f"{'total':22} {sum(r.names for r in rows):5} {sum(r.modules for r in rows):4} "
-          f"{sum(r.lines for r in rows):6} {total['AOT']:11.1f} {total['JIT']:11.1f}")
-    print(f"warm JIT - warm AOT, median over modules: {warm_gap:+.2f} s per process")
-    for r in rows:
-        if r.fell_back:
-            print(f"* {r.module}: an extension is missing, the AOT column is (partly) the JIT cache: {r.fell_back[0]}")
+    print(f"{'total':32} {sum(r.names for r in rows):5} {sum(r.modules for r in rows):4} "
+          f"{sum(r.lines for r in rows):6} {sum(min(r.cold) for r in rows):10.1f}")
 
 
 def main() -> None:
@@ -244,8 +208,8 @@ def main() -> None:
     parser.add_argument("--modules", nargs="+",
                         help="stdlib modules, or module:name,name for some of their shapers (default: all)")
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-    parser.add_argument("--repeat", type=int, default=1, help="cold runs per module and path (fresh folder each)")
-    parser.add_argument("--warm-runs", type=int, default=3, help="warm runs per module and path (median)")
+    parser.add_argument("--repeat", type=int, default=1, help="cold runs per module (fresh folder each)")
+    parser.add_argument("--warm-runs", type=int, default=3, help="warm runs per module (median)")
     parser.add_argument("--no-paths", action="store_true",
                         help="skip the path-independence check (two cold nemo_rl loads)")
     args = parser.parse_args()
@@ -269,17 +233,16 @@ def main() -> None:
     print()
     if "nemo_rl" in modules:
         hand, load = hand_kernel_cold(args.repeat)
-        ours = min(next(r for r in rows if r.module.endswith("(all on)")).cold["JIT"])
+        ours = min(next(r for r in rows if r.module.endswith("(all on)")).cold)
         print(f"hand-written kernel (benchmarks/hand_nemo_rl.py), cold numba compile: {seconds(hand)} s "
-              f"(load {load[0]:.2f}-{load[1]:.2f}); nemo_rl with all eight on, cold JIT {ours:.2f} s = "
+              f"(load {load[0]:.2f}-{load[1]:.2f}); nemo_rl with all eight on, cold {ours:.2f} s = "
               f"{ours / min(hand):.2f}x of it")
     problems = []
-    for path, aot in ({} if args.no_paths else PATHS).items():
+    if not args.no_paths:
         LOADS.clear()
-        cold, warm, wrong = path_independence(path, aot)
-        problems += wrong
-        print(f"path independence, {path}: nemo_rl.shape from its folder {cold:.2f} s (cold), then its absolute "
-              f"path from another folder {warm:.2f} s ({'warm, no new file' if not wrong else 'NOT warm'}; "
+        cold, warm, problems = path_independence()
+        print(f"path independence: nemo_rl.shape from its folder {cold:.2f} s (cold), then its absolute "
+              f"path from another folder {warm:.2f} s ({'warm, no new file' if not problems else 'NOT warm'}; "
               f"load {min(LOADS):.2f}-{max(LOADS):.2f})")
     print(f"total {time.perf_counter() - start:.0f} s; load average {os.getloadavg()[0]:.2f} at the end")
     if problems:

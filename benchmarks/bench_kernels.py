@@ -98,7 +98,7 @@ def machine() -> str:
             f"numba {numba.__version__}, NumPy {np.__version__}")
 
 
-def subprocess_load(cache_dir: str, aot: bool = True) -> tuple[float, float, bool]:
+def subprocess_load(cache_dir: str) -> tuple[float, float, bool]:
     """In a new process: (seconds from start to a loaded shaper, seconds for the load after
     `import shapec`, whether numba got imported)."""
     code = textwrap.dedent(f"""
@@ -106,11 +106,11 @@ def subprocess_load(cache_dir: str, aot: bool = True) -> tuple[float, float, boo
         start = time.perf_counter()
         import shapec
         t = time.perf_counter()
-        shaper = shapec.compile_str({SPEC!r}, backend="numba").three_channels
+        shaper = shapec.compile_str({SPEC!r}, backend="numba").three_channels.prepare()
         done = time.perf_counter()
         print(done - start, done - t, "numba" in sys.modules)
     """)
-    env = {**os.environ, "SHAPEC_CACHE_DIR": cache_dir, "NUMBA_NUM_THREADS": "1", "SHAPEC_AOT": "1" if aot else "0"}
+    env = {**os.environ, "SHAPEC_CACHE_DIR": cache_dir, "NUMBA_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     inside, load, numba_loaded = out.stdout.split()
     return float(inside), float(load), numba_loaded == "True"
@@ -128,13 +128,12 @@ def throughput(shaper_nb, shaper_par, shaper_in, n: int, group_size: int, slow: 
     row["parallel_call"] = best_of(lambda: shaper_par(rewards, **kw), repeat)
     # the kernel alone, on arguments prepared once
     from shapec.runtime.batch import make_batch as mk
-    from shapec.runtime.params import param_arrays
 
     ir = shaper_nb.ir
     batch = mk(None, rewards, group_size=group_size, channels=channels, inputs_needed=ir.inputs)
-    params = param_arrays(ir, PARAMS, batch.groups)
     kernel = shaper_nb._kernels[0]
-    row["kernel_only"] = best_of(lambda: kernel.run(batch, params, {}, True), repeat)
+    fn, packed = shaper_nb._bind(PARAMS).kernel_args(0, kernel, batch.groups)
+    row["kernel_only"] = best_of(lambda: kernel.run(fn, batch, packed, {}, True), repeat)
     if slow:
         row["interpreter"] = best_of(lambda: shaper_in(rewards, **kw), 1 if n > 100_000 else 3)
         lists = [rewards.tolist(), offsets, channels["reasoning"].tolist(), channels["answer"].tolist(),
@@ -153,22 +152,18 @@ def main() -> None:
     args = ap.parse_args()
     print(machine(), f"numba threads for the parallel kernel: {os.environ.get('NUMBA_NUM_THREADS', os.cpu_count())}")
 
-    with tempfile.TemporaryDirectory() as cache_dir, tempfile.TemporaryDirectory() as jit_dir:
+    with tempfile.TemporaryDirectory() as cache_dir:
         _, cold_load, _ = subprocess_load(cache_dir)
-        warm_wall, warm_load, warm_numba = subprocess_load(cache_dir)
-        _, jit_cold, _ = subprocess_load(jit_dir, aot=False)
-        jit_wall, jit_load, _ = subprocess_load(jit_dir, aot=False)
+        warm_wall, warm_load, _ = subprocess_load(cache_dir)
         os.environ["SHAPEC_CACHE_DIR"] = cache_dir
         import shapec
 
         shaper_nb = shapec.compile_str(SPEC, backend="numba").three_channels
         shaper_in = shapec.compile_str(SPEC, backend="interpreter").three_channels
         shaper_par = shapec.compile_str(SPEC, backend="numba", parallel=True).three_channels
-        print(f"cold compile (empty cache, new process): {cold_load:.2f} s ahead-of-time extension, "
-              f"{jit_cold:.2f} s numba JIT (SHAPEC_AOT=0)")
-        print(f"warm load (cache hit, new process):      {warm_load:.3f} s after `import shapec` "
-              f"(numba imported: {'yes' if warm_numba else 'no'}), {warm_wall:.3f} s from process start "
-              f"including imports; JIT cache: {jit_load:.3f} s, {jit_wall:.3f} s")
+        print(f"cold compile (empty cache, new process): {cold_load:.2f} s")
+        print(f"warm load (cache hit, new process):      {warm_load:.3f} s after `import shapec`, "
+              f"{warm_wall:.3f} s from process start including imports")
 
         tiny_r, tiny_c = make_batch(4, 4)
         kw = dict(group_size=4, channels=tiny_c, params=PARAMS)

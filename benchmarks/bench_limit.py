@@ -38,7 +38,7 @@ import hand_nemo_rl as hand
 import shapec
 from hand_call import HandCall
 from shapec.runtime.batch import make_batch
-from shapec.runtime.params import param_arrays, validate_params
+from shapec.runtime.params import validate_params
 from shapec.runtime.shaper import CompiledShaper
 
 ALL_ON = {"reasoning_bonus": 0.05, "answer_bonus": 0.05, "total_bonus": 0.05, "longest_reasoning_penalty": 0.05,
@@ -203,13 +203,12 @@ def kernel_call(shaper, b: dict, p: dict):
     kernel = shaper._kernels[0]
     batch = make_batch(shaper.ir, b["rewards"], group_size=b["group_size"], channels=b["channels"],
                        metadata=b["metadata"])
-    params = param_arrays(shaper.ir, p, batch.groups)
-    values = kernel.arguments(batch, params, {})
+    fn, packed = shaper._bind(p).kernel_args(0, kernel, batch.groups)  # the kernel a call with these params runs
+    values = kernel.arguments(batch, packed, {})
     n, G = batch.n, batch.groups
     T, F, NG, M = kernel.sizes
     outs = (np.empty(n), np.empty((T, 0)), np.empty((F, 0)), np.empty(G, np.int64), np.empty((NG, G), np.int64),
             np.empty(M))
-    fn = kernel.prepare(params)  # the kernel a call with these params runs
     return lambda: fn(*values, False, *outs)
 
 

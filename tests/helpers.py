@@ -58,13 +58,13 @@ def ragged_offsets(rng, largest: int, most_groups: int):
     return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
-def fresh_aot_cache(tmp_path, monkeypatch):
-    """An empty cache folder for ahead-of-time builds, and nothing this process remembers of others."""
-    from shapec.compiler import build, cache
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty cache folder, and nothing this process remembers of other folders: no kernel
+    loaded before, no fall back to a private folder. Returns the folder kernels go to."""
+    from shapec import files
+    from shapec.compiler import store
 
-    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setenv("SHAPEC_AOT", "1")
-    monkeypatch.setattr(build, "_MODULES", {})
-    monkeypatch.setattr(cache, "_PRIVATE", [])
-    monkeypatch.setattr(build, "_FELL_BACK", [])
-    return tmp_path / "kernels"
+    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(store, "_LOADED", {})
+    monkeypatch.setattr(files, "_FALLBACK", [])
+    return tmp_path / "cache" / "kernels"

@@ -43,7 +43,7 @@ def test_check_of_a_missing_shape_file_is_still_a_missing_file(capsys):
 
 def test_compile_accepts_a_stdlib_name(capsys):
     assert main(["compile", "nemo_rl", "--shaper", "length_penalty"]) == 0
-    from shapec.compiler.lowering import emit_python
+    from shapec.compiler.lowering.module import emit_python
 
     expected = emit_python(shapec.load("nemo_rl", backend="interpreter").ir("length_penalty"))
     assert capsys.readouterr().out == expected

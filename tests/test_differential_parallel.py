@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shapec
-from shapec.compiler.lowering import PARALLEL_MIN_ROLLOUTS
+from shapec.compiler.lowering.groups import PARALLEL_MIN_ROLLOUTS
 
 from .test_differential import _COMPILED, EVERY_CONSTRUCT, assert_agree, backends, outcome, random_call
 

@@ -194,7 +194,7 @@ def test_fmt_writes_through_a_temporary_file_and_keeps_the_original_on_failure(t
     import errno
     import io
 
-    from shapec.tools import atomic
+    from shapec import files
     from shapec.tools.fmt import format_files
 
     path = tmp_path / "messy.shape"
@@ -203,7 +203,7 @@ def test_fmt_writes_through_a_temporary_file_and_keeps_the_original_on_failure(t
 
     def full_disk(file, mode="r", *args, **kwargs):
         fh = real_open(file, mode, *args, **kwargs)
-        if "w" in mode and atomic.TMP_MARK in str(file):
+        if "w" in mode and files.TMP_MARK in str(file):
             fh.write(FORMATTED[:40])  # half the file gets out, then the disk is full
             raise OSError(errno.ENOSPC, "No space left on device")
         return fh

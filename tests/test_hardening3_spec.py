@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.compiler.lowering import emit_python
+from shapec.compiler.lowering.module import emit_python
 
 
 def both(source: str, name: str = "s") -> list:

@@ -60,7 +60,7 @@ def test_what_check_accepts_compiles_and_its_kernel_agrees(index, seed):
     module = shapec.compile_str(text, "fuzz.shape", "interpreter")
     for name in module.names():
         ir = module.ir(name)
-        source, stages = lowering._lower_all(ir)
+        source, stages = lowering.module.lower_module(ir)
         for rewards, kwargs in calls(module[name], rng, 2):
             kernel = CompiledShaper(ir, "interpreter")
             kernel._kernels = _python_kernels(source, stages)

@@ -22,12 +22,16 @@ from hypothesis import strategies as st
 
 import shapec
 from shapec.cli import main
-from shapec.compiler import build, lowering
-from shapec.compiler.kernel import Kernel
-from shapec.compiler.lowering.names import ShapecInternalError
+from shapec.compiler import lowering, store
+from shapec.compiler.lowering.expressions import SPILL_HEIGHT
+from shapec.compiler.lowering.module import emit_python
+from shapec.compiler.lowering.names import Namer, ShapecInternalError
 from shapec.compiler.lowering.verify import verify
+from shapec.runtime.kernel import Kernel
 from shapec.runtime.shaper import CompiledShaper
 from shapec.syntax.pretty import string_literal
+
+from .helpers import fresh_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 CANARY = "pwned"  # every payload touches this file in the working directory (a name without "/")
@@ -85,7 +89,7 @@ def test_item1_metric_names_never_run(tmp_path):
     assert got["numba"].rewards.tolist() == got["interpreter"].rewards.tolist()
     assert got["numba"].rewards[0] != 99.0 and rewards[0] == 0.0
     assert got["numba"].metrics == pytest.approx(got["interpreter"].metrics)
-    source = lowering.emit_python(shapec.compile_file(spec, backend="interpreter").ir("s"))
+    source = emit_python(shapec.compile_file(spec, backend="interpreter").ir("s"))
     assert "PWNED" not in source and "99.0" not in source and "# metric 0" in source and "# metric 1" in source
 
 
@@ -126,7 +130,7 @@ def test_item2_file_names_never_reach_the_code(tmp_path, name):
     with in_dir(tmp_path):
         module = shapec.compile_file(spec, backend="numba")
         out = module.s(rewards, **kw)
-        source = lowering.emit_python(module.ir("s"))
+        source = emit_python(module.ir("s"))
         _import_file(tmp_path / "emitted.py", source)
     assert out.rewards.tolist() == pytest.approx((rewards - 0.01 * kw["channels"]["length"]).tolist())
     assert "pwned" not in source and name not in source
@@ -192,7 +196,7 @@ def test_spec_names_like_generated_ones_compile_and_agree():
 
 def _module_and_namer():
     ir = shapec.compile_str(GENERATOR_NAMES, backend="interpreter").ir("groups_x")
-    source, stages = lowering._lower_all(ir)
+    source, stages = lowering.module.lower_module(ir)
     return source, stages[0].namer
 
 
@@ -225,16 +229,15 @@ def test_verifier_refuses_tampered_modules(tamper, why):
 
 
 def test_a_refused_module_is_never_written_or_imported(tmp_path, monkeypatch):
-    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setattr(build, "_MODULES", {})
-    monkeypatch.setattr(lowering.Namer, "comment", lambda self, text: f"# {text}")  # comments go unregistered
+    kernels = fresh_cache(tmp_path, monkeypatch)
+    monkeypatch.setattr(Namer, "comment", lambda self, text: f"# {text}")  # comments go unregistered
     ir = shapec.compile_str(COLLIDE, backend="interpreter").ir("coll")
+    imported = store.STATS["imported"]
     with pytest.raises(ShapecInternalError, match="comment the generator did not write"):
-        build.load_kernels(ir)[0].prepare()
+        Kernel(ir).for_params(None)
     with pytest.raises(ShapecInternalError):
-        lowering.emit_python(ir)
-    assert not (tmp_path / "kernels").exists()
-    assert build._MODULES == {}  # nothing imported
+        emit_python(ir)
+    assert not list(kernels.glob("*.py")) and store.STATS["imported"] == imported  # nothing written or imported
 
 
 # ------------------------------------------------------------------ item 18: long chains
@@ -280,14 +283,14 @@ def test_the_longest_chains_check_accepts_compile_and_agree():
 
 def test_no_generated_line_nests_past_the_parser_limit():
     spec = "shaper s() produces real {\n  input x: float\n  term t = " + CHAINS["sum"](_deepest(CHAINS["sum"])) + "\n}\n"
-    source = lowering.emit_python(shapec.compile_str(spec, backend="interpreter").ir("s"))
+    source = emit_python(shapec.compile_str(spec, backend="interpreter").ir("s"))
     for line in source.splitlines():
         depth = deepest = 0
         for ch in line:
             depth += ch in "([{"
             depth -= ch in ")]}"
             deepest = max(deepest, depth)
-        assert deepest <= 4 * lowering.SPILL_HEIGHT + 10, line[:80]
+        assert deepest <= 4 * SPILL_HEIGHT + 10, line[:80]
     assert "t0 = " in source  # the chain was split into temporaries
 
 
@@ -341,8 +344,12 @@ def _python_kernels(source: str, stages) -> list[Kernel]:
         exec(compile(source, "<generated>", "exec"), namespace)
     finally:
         sys.modules["numba"] = real
-    return [Kernel(low.ir, lambda _specialized, fn=namespace[f"kernel_{low.fname}"]: fn, tuple(low.args))
-            for low in stages]
+    kernels = []
+    for low in stages:
+        kernel = Kernel(low.ir)
+        kernel.variants[kernel.facts.general] = namespace[f"kernel_{low.fname}"]  # fits every call: never compiled
+        kernels.append(kernel)
+    return kernels
 
 
 def _quiet(*argv) -> tuple[int, str]:
@@ -386,7 +393,7 @@ def test_random_text_everywhere_never_runs(t, main_name, lib_name):
             module = shapec.compile_file(path, backend="interpreter")
             for name in ("inj", "inj_pipe"):
                 ir = module.ir(name)
-                source, stages = lowering._lower_all(ir)
+                source, stages = lowering.module.lower_module(ir)
                 code, printed = _quiet("compile", path, "--shaper", name, "--emit", "python")
                 assert code == 0 and printed == source  # verified: compile --emit prints emit_python
                 assert "pwned" not in source and "import" not in source.replace("import numpy as np", "").replace(

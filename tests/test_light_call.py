@@ -1,5 +1,6 @@
-"""Issue #14, the lighter call: uniform params are turned into arrays once per (params, groups),
-not on every call, and band tables are validated in one pass that still names the first bad group."""
+"""Params are resolved once per shaper and values (whatever the dict object), reach the kernel as one
+column when every group holds the same bits, and band tables are validated in one pass that still
+names the first bad group."""
 
 from __future__ import annotations
 
@@ -16,20 +17,23 @@ def ir():
     return shapec.load("nemo_rl", backend="interpreter").ir("length_penalty")
 
 
-def test_uniform_params_are_prepared_once_per_params_and_group_count(ir):
-    first = param_arrays(ir, {"top_percentile": 0.25, "global_band_total": (1.0, 2.0, 0.5)}, 3)
-    again = param_arrays(ir, {"global_band_total": (1.0, 2.0, 0.5), "top_percentile": 0.25}, 3)
-    assert again is first
-    assert first["top_percentile"].tolist() == [0.25] * 3
-    assert first["global_band_total"].tolist() == [[1.0, 2.0, 0.5, 1.0]] * 3
-    assert param_arrays(ir, {"top_percentile": 0.25, "global_band_total": (1.0, 2.0, 0.5)}, 4) is not first
-    assert param_arrays(ir, {"top_percentile": 0.5}, 3)["top_percentile"].tolist() == [0.5] * 3
+def test_equal_params_are_resolved_once_per_shaper_whatever_the_dict():
+    shaper = shapec.load("nemo_rl", backend="interpreter").length_penalty
+    first = shaper._bind({"top_percentile": 0.25, "global_band_total": (1.0, 2.0, 0.5)})
+    assert shaper._bind({"top_percentile": 0.25, "global_band_total": (1.0, 2.0, 0.5)}) is first
+    assert first.resolved[0].columns(3)["top_percentile"].tolist() == [0.25] * 3
+    assert first.resolved[0].columns(3)["global_band_total"].tolist() == [[1.0, 2.0, 0.5, 1.0]] * 3
+    assert shaper._bind({"top_percentile": 0.5}) is not first
+    per_group = shaper._bind({"top_percentile": np.array([0.25, 0.5])})
+    assert shaper._bind({"top_percentile": np.array([0.25, 0.5])}) is per_group  # keyed by the values' bits
+    assert shaper._bind({"top_percentile": np.array([0.25, 0.75])}) is not per_group
+    assert shaper._bind({"top_percentile": [0.25, 0.5]}) is not per_group  # a list is not an array of float64
 
 
-def test_per_group_params_are_built_per_call(ir):
-    a = param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 2)
-    b = param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 2)
-    assert a is not b and a["top_percentile"].tolist() == [0.25, 0.5]
+def test_per_group_params_are_for_as_many_groups_as_given(ir):
+    assert param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 2)["top_percentile"].tolist() == [0.25, 0.5]
+    with pytest.raises(ParamError, match="param 'top_percentile': expected 3 per-group values, got 2"):
+        param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 3)
 
 
 def test_a_bad_value_after_remembered_good_ones_is_still_refused(ir):
@@ -82,31 +86,29 @@ def test_breakdown_off_returns_the_same_rewards_and_no_terms(backend):
     assert off.terms == {} and off.rewards.tobytes() == rewards.tobytes()
 
 
-def test_params_the_same_in_every_group_reach_the_kernel_as_one_column(ir):
+def test_params_the_same_in_every_group_reach_the_kernel_as_one_column():
     """The kernel reads column min(g, columns - 1): one column for uniform params, whether passed as
     scalars or as per-group values that are all the same bits; a row of G otherwise."""
-    from shapec.compiler.build import load_kernels
+    shaper = shapec.load("nemo_rl", backend="numba").length_penalty
+    kernel = shaper._kernels[0]
+    P, B = (len(keys) for _, keys in kernel.param_slots)
 
-    (kernel,) = load_kernels(ir)
-    shapes = lambda params: [a.shape[:2] for _, a in kernel.param_values(params)]  # noqa: E731
-    P, B = len(kernel._param_slots[0][1]), len(kernel._param_slots[1][1])
-    assert shapes(param_arrays(ir, {"top_percentile": 0.25}, 5)) == [(P, 1), (B, 1)]
-    assert shapes(param_arrays(ir, {"top_percentile": [0.25] * 5}, 5)) == [(P, 1), (B, 1)]
-    assert shapes(param_arrays(ir, {"top_percentile": [0.25, 0.25, 0.5, 0.25, 0.25]}, 5)) == [(P, 5), (B, 1)]
-    bands = [None, None, (1.0, 2.0, 0.5), None, None]
-    assert shapes(param_arrays(ir, {"global_band_total": bands}, 5)) == [(P, 1), (B, 5)]
+    def shapes(params, G):
+        return [a.shape[:2] for a in kernel.pack(shaper._bind(params).resolved[0].columns(G))]
+
+    assert shapes({"top_percentile": 0.25}, 5) == [(P, 1), (B, 1)]
+    assert shapes({"top_percentile": [0.25] * 5}, 5) == [(P, 1), (B, 1)]
+    assert shapes({"top_percentile": [0.25, 0.25, 0.5, 0.25, 0.25]}, 5) == [(P, 5), (B, 1)]
+    assert shapes({"global_band_total": [None, None, (1.0, 2.0, 0.5), None, None]}, 5) == [(P, 1), (B, 5)]
     # the same value, not the same bits: -0.0 and 0.0 stay apart (a kernel may tell them apart)
-    assert shapes(param_arrays(ir, {"answer_bonus": [0.0, -0.0]}, 2))[0] == (P, 2)
-    assert shapes(param_arrays(ir, {"top_percentile": 0.25}, 1)) == [(P, 1), (B, 1)]
-    assert shapes(param_arrays(ir, {"top_percentile": 0.25}, 0)) == [(P, 0), (B, 0)]
+    assert shapes({"answer_bonus": [0.0, -0.0]}, 2)[0] == (P, 2)
+    assert shapes({"top_percentile": 0.25}, 1) == [(P, 1), (B, 1)]
 
 
 @pytest.mark.parametrize("G", [1, 3, 40])
-def test_one_column_and_a_row_per_group_shape_alike(G, monkeypatch):
-    """The kernel given one column of uniform params and the kernel given a row of G copies agree
-    with each other and with the interpreter."""
-    from shapec.compiler import kernel as kernel_module
-
+def test_one_column_and_a_row_per_group_shape_alike(G):
+    """The kernel given one column of uniform params and the kernel given a row of G values (one of
+    them different, so the row is kept) agree with each other and with the interpreter."""
     rng = np.random.default_rng(G)
     shaper = shapec.load("nemo_rl", backend="numba").length_penalty
     n = G * 4
@@ -116,13 +118,11 @@ def test_one_column_and_a_row_per_group_shape_alike(G, monkeypatch):
                           "low_effort": np.zeros(n)})
     params = {"longest_total_penalty": 0.2, "total_bonus": 0.1, "global_band_total": (300.0, 900.0, 0.5),
               "profile_band_total": True, "pass_rate_length_penalty_weight": 0.3}
-    one = shaper(**call, params=params)
-    widths = []
-    monkeypatch.setattr(kernel_module, "_one_column_if_uniform",
-                        lambda packed: widths.append(packed.shape[1]) or np.ascontiguousarray(packed))
-    rows = shaper(**call, params={k: [v] * G for k, v in params.items()})
-    assert widths == [G, G]
-    slow = shapec.load("nemo_rl", backend="interpreter").length_penalty(**call, params=params)
-    assert one.rewards.tobytes() == rows.rewards.tobytes() == slow.rewards.tobytes()
-    for name in one.terms:
-        assert one.terms[name].tobytes() == rows.terms[name].tobytes() == slow.terms[name].tobytes(), name
+    same = {k: [v] * G for k, v in params.items()}  # all the same bits: one column
+    rows = {**same, "total_bonus": [0.1] * (G - 1) + [0.2]}  # a row of G
+    slow = shapec.load("nemo_rl", backend="interpreter").length_penalty
+    for given, expected in ((params, params), (same, params), (rows, rows)):
+        fast, oracle = shaper(**call, params=given), slow(**call, params=expected)
+        assert fast.rewards.tobytes() == oracle.rewards.tobytes()
+        for name in oracle.terms:
+            assert fast.terms[name].tobytes() == oracle.terms[name].tobytes(), name

@@ -1,4 +1,5 @@
-"""Lowering to numba: the generated module, its on-disk cache, internal errors, pickling, the CLI."""
+"""Lowering to numba: results of the generated kernels, the generated module, pickling, the CLI.
+The store that keeps the kernels is tests/test_kernel_store.py's."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import os
 import pickle
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 
 import shapec
+from shapec import files
 from shapec.cli import main
-from shapec.compiler import build, lowering
+from shapec.compiler.lowering.groups import PARALLEL_MIN_ROLLOUTS
+from shapec.compiler.lowering.module import emit_python
 from shapec.runtime.shaper import default_backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,25 +29,6 @@ OVERLONG = textwrap.dedent('''
       term penalty = length <= start ? 0 : length <= limit ? (start - length) / cache : -1
     }
 ''')
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    """A fresh, empty kernel cache directory, and no module remembered from earlier tests.
-
-    Only for tests about the cache itself: building a kernel costs seconds, so the others share
-    the session's cache."""
-    monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path / "kernels"))
-    monkeypatch.setattr(build, "_MODULES", {})
-    return tmp_path / "kernels"
-
-
-def compiled(ir) -> list:
-    """The kernels of a shaper or pipeline, compiled (load_kernels leaves that to each one's first call)."""
-    kernels = build.load_kernels(ir)
-    for kernel in kernels:
-        kernel.prepare()
-    return kernels
 
 
 def run_python(code: str, cache_dir: Path) -> str:
@@ -96,7 +79,7 @@ def test_non_finite_reward_raises_like_the_interpreter():
 def test_parallel_kernel_reports_the_first_non_finite_reward_across_chunks():
     src = 'shaper ratio() produces real {\n  input length: tokens\n  term r = 1 / float(length)\n}\n'
     shaper = shapec.compile_str(src, backend="numba", parallel=True).ratio
-    n = 4 * lowering.PARALLEL_MIN_ROLLOUTS
+    n = 4 * PARALLEL_MIN_ROLLOUTS
     length = np.ones(n)
     length[[n - 5, n // 2 + 3]] = 0  # both in later chunks than the first
     with pytest.raises(FloatingPointError, match=rf"rollout {n // 2 + 3} \(group {(n // 2 + 3) // 8}\)"):
@@ -109,8 +92,8 @@ def test_parallel_is_an_option_and_an_environment_variable(monkeypatch):
     monkeypatch.setenv("SHAPEC_PARALLEL", "1")
     shaper = shapec.compile_str(OVERLONG).overlong
     assert shaper.parallel and "parallel" in repr(shaper)
-    assert "prange(nchunks)" in lowering.emit_python(shaper.ir, parallel=True)
-    assert "prange" not in lowering.emit_python(shaper.ir)
+    assert "prange(nchunks)" in emit_python(shaper.ir, parallel=True)
+    assert "prange" not in emit_python(shaper.ir)
     assert not shapec.compile_str(OVERLONG, parallel=False).overlong.parallel
     monkeypatch.setenv("SHAPEC_PARALLEL", "0")
     assert pickle.loads(pickle.dumps(shaper)).parallel  # the option travels with the shaper
@@ -137,7 +120,7 @@ def test_numba_is_the_default_backend(monkeypatch):
 # ------------------------------------------------------------------ the generated module
 def test_generated_module_is_readable_python():
     ir = shapec.compile_str(OVERLONG, "overlong.shape", backend="interpreter").ir("overlong")
-    source = lowering.emit_python(ir)
+    source = emit_python(ir)
     compile(source, "generated.py", "exec")
     assert "def kernel_s0_overlong(" in source  # a mangled name: kind, index, sanitised suffix
     assert "# term 0" in source  # comments carry kinds and indices, never spec text
@@ -147,185 +130,10 @@ def test_generated_module_is_readable_python():
     assert "overlong.shape" not in source
 
 
-def test_a_pipeline_compiles_a_module_per_stage_on_first_use(cache):
+def test_a_pipeline_module_has_a_kernel_per_stage():
     mod = shapec.compile_file(ROOT / "shapec" / "stdlib" / "grpo_lead.shape", backend="interpreter")
-    source = lowering.emit_python(mod.ir("grpo_lead"))  # what `shapec compile` prints: every stage
+    source = emit_python(mod.ir("grpo_lead"))  # what `shapec compile` prints: every stage
     assert "def kernel_s0_lead_reward(" in source and "def kernel_s1_lead_advantage(" in source
-    kernels = build.load_kernels(mod.ir("grpo_lead"))
-    assert [k.ir.name for k in kernels] == ["lead_reward", "lead_advantage"]
-    assert not list(cache.glob("*.py"))  # nothing compiled before a call
-    for kernel in kernels:
-        kernel.prepare()
-    assert sorted(p.name.split("_")[1] for p in cache.glob("*.py")) == ["advantage", "reward"]
-
-
-# ------------------------------------------------------------------ the cache
-def test_cache_file_lives_in_the_cache_dir_with_a_hash_header(cache):
-    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    compiled(ir)
-    (path,) = cache.glob("*.py")
-    text = path.read_text()
-    assert path.name.startswith("overlong_")
-    assert text.startswith("# shapec-sha256: ") and text.endswith(lowering.emit_python(ir))
-
-
-def test_default_cache_dir_follows_xdg(monkeypatch, tmp_path):
-    monkeypatch.delenv("SHAPEC_CACHE_DIR", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert build.cache_dir() == tmp_path / "shapec"
-    monkeypatch.delenv("XDG_CACHE_HOME")
-    assert build.cache_dir() == Path.home() / ".cache" / "shapec"
-
-
-def test_second_process_loads_the_compiled_extension_without_numba(cache):
-    probe = '''
-        import sys
-        import shapec
-        from shapec.compiler import build
-        shaper = shapec.compile_str(%r, backend="numba").overlong
-        out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
-        print(build.STATS["written"], build.STATS["built"], "numba" in sys.modules, out.rewards.tolist())
-    ''' % OVERLONG
-    first = run_python(probe, cache).split(maxsplit=3)
-    (path,) = cache.glob("*.py")
-    (so,) = cache.glob("shapec_aot_overlong_*.so")
-    assert f"_{build.host_fingerprint()}." in so.name  # compiled for this CPU, as numba's JIT would
-    mtimes = path.stat().st_mtime_ns, so.stat().st_mtime_ns
-    second = run_python(probe, cache).split(maxsplit=3)
-    assert first[:3] == ["1", "1", "True"]  # written, built by numba
-    assert second[:3] == ["0", "0", "False"]  # nothing written or built; numba not even imported
-    assert (path.stat().st_mtime_ns, so.stat().st_mtime_ns) == mtimes
-    assert first[3] == second[3] == "[1.0, 0.0]\n"
-
-
-def test_jit_cache_is_used_when_aot_is_off(cache, monkeypatch):
-    probe = '''
-        import shapec
-        shaper = shapec.compile_str(%r, backend="numba").overlong
-        out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
-        fn = shaper._kernels[0].prepare()
-        print(sum(fn.stats.cache_hits.values()), sum(fn.stats.cache_misses.values()), out.rewards.tolist())
-    ''' % OVERLONG
-    monkeypatch.setenv("SHAPEC_AOT", "0")
-    first = run_python(probe, cache).split(maxsplit=2)
-    second = run_python(probe, cache).split(maxsplit=2)
-    assert first[:2] == ["0", "1"]  # compiled
-    assert second[:2] == ["1", "0"]  # loaded from numba's cache
-    assert first[2] == second[2] == "[1.0, 0.0]\n"
-    assert not list(cache.glob("shapec_aot_*.so"))
-
-
-def test_corrupt_extension_is_rebuilt_never_loaded(cache):
-    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    compiled(ir)
-    (so,) = cache.glob("shapec_aot_*.so")
-    good = so.read_bytes()
-    build._MODULES.clear()
-    broken = so.with_suffix(".broken")
-    broken.write_bytes(good[: len(good) // 2])  # truncated; a new file, as the loaded one stays mapped
-    os.replace(broken, so)
-    built = build.STATS["built"]
-    kernels = compiled(ir)
-    assert build.STATS["built"] == built + 1
-    assert so.read_bytes() != good[: len(good) // 2]
-    shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
-    assert shaper._kernels[0].prepare() is kernels[0].prepare()
-    assert shaper([1.0], group_size=1, channels={"length": [8]}).rewards.tolist() == [0.5]
-
-
-@pytest.fixture
-def compiler_check():
-    """numba remembers for the process whether a C compiler works (an lru_cache): a test that
-    hides the compiler starts and ends with that forgotten, so later builds find it again."""
-    from numba.pycc.platform import external_compiler_works
-
-    external_compiler_works.cache_clear()
-    yield
-    external_compiler_works.cache_clear()
-
-
-def test_without_a_c_compiler_kernels_fall_back_to_the_jit_cache(cache, monkeypatch, caplog, compiler_check):
-    monkeypatch.setenv("CC", "/nonexistent/cc")
-    monkeypatch.setattr(build, "_FELL_BACK", [])
-    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    build_dirs = set(Path(tempfile.gettempdir()).glob("pycc-build-*"))
-    kernels = compiled(ir)
-    # numba finds no compiler when the toolchain is built, or (with that check cached) when compiling
-    assert build._FELL_BACK and ("cannot build" in build._FELL_BACK[0] or "failed" in build._FELL_BACK[0])
-    assert "JIT cache" in caplog.text
-    assert set(Path(tempfile.gettempdir()).glob("pycc-build-*")) == build_dirs  # nothing left behind
-    assert hasattr(kernels[0].prepare(), "stats")  # a numba dispatcher: same generated code, same results
-    shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
-    assert shaper([1.0], group_size=1, channels={"length": [8]}).rewards.tolist() == [0.5]
-
-
-def test_corrupt_cache_file_is_rebuilt(cache):
-    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    compiled(ir)
-    (path,) = cache.glob("*.py")
-    good = path.read_text()
-    tampered = good.replace("not isnan(x) else 0.0", "not isnan(x) else 99.0")
-    assert tampered != good
-    path.write_text(tampered)  # tampered body, stale header
-    build._MODULES.clear()
-    written = build.STATS["written"]
-    kernels = compiled(ir)
-    assert build.STATS["written"] == written + 1
-    assert path.read_text() == good
-    shaper = shapec.compile_str(OVERLONG, backend="numba").overlong
-    assert shaper([1.0], group_size=1, channels={"length": [12]}).rewards.tolist() == [0.0]
-    assert kernels[0].prepare() is shaper._kernels[0].prepare()
-
-
-def test_truncated_cache_file_is_rebuilt(cache):
-    ir = shapec.compile_str(OVERLONG, backend="interpreter").ir("overlong")
-    path = build.module_path(ir, lowering.emit_python(ir))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"\xff\xfe garbage")
-    compiled(ir)
-    assert path.read_text().startswith("# shapec-sha256: ")
-
-
-def test_changing_the_source_changes_the_key(cache):
-    def path(src):
-        ir = shapec.compile_str(src, backend="interpreter").ir("overlong")
-        return build.module_path(ir, lowering.emit_python(ir))
-
-    assert path(OVERLONG) == path(OVERLONG)
-    assert path(OVERLONG) != path(OVERLONG.replace(": -1", ": -2"))
-    # params are kernel arguments: a new default reuses the compiled kernel
-    assert path(OVERLONG) == path(OVERLONG.replace("= 10", "= 11"))
-    assert build.cache_key("x") != build.cache_key("y")
-
-
-def test_the_key_covers_the_versions(monkeypatch):
-    import numba
-
-    assert build.numba_version() == numba.__version__  # read without importing numba
-    before = build.cache_key("same source")
-    monkeypatch.setattr(build, "numba_version", lambda: "0.0.1")
-    assert build.cache_key("same source") != before
-    monkeypatch.undo()
-    monkeypatch.setattr(shapec, "__version__", "9.9.9")
-    assert build.cache_key("same source") != before
-
-
-# ------------------------------------------------------------------ internal errors
-def test_numba_failure_is_an_internal_error_naming_spec_and_shaper(cache, monkeypatch):
-    import numba
-    from numba.core.errors import TypingError
-
-    def broken_njit(*args, **kwargs):
-        raise TypingError("Cannot unify float64 and array(float64, 1d, C)")
-
-    monkeypatch.setattr(numba, "njit", broken_njit)
-    with pytest.raises(lowering.ShapecInternalError) as err:
-        shapec.compile_str(OVERLONG, "specs/overlong.shape", backend="numba").overlong([1.0], group_size=1,
-                                                                                     channels={"length": [8]})
-    message = str(err.value)
-    assert "shaper 'overlong' from specs/overlong.shape" in message
-    assert "internal error" in message and "TypingError" in message
-    assert not isinstance(err.value, TypingError)  # never the raw numba error, never a silent fallback
 
 
 # ------------------------------------------------------------------ pickling
@@ -367,7 +175,7 @@ def test_pickled_numba_shaper_runs_in_another_process(tmp_path):
         shaper = pickle.loads(open({str(tmp_path / "shaper.pkl")!r}, "rb").read())
         out = shaper([1, 1, 1, 0], group_size=2, channels={{"correct": [1, 1, 1, 0], "length": [10, 30, 20, 5]}})
         print(shaper.backend, out.rewards.tolist(), shaper.state_dict())
-    ''', build.cache_dir())
+    ''', files.cache_root())
     assert out == f"numba {expected.rewards.tolist()} {{'running': {{'best': 0.75}}}}\n"
     # group 0: shortest correct 10, so 30 tokens pay 0.001 * 20; group 1: the only correct one pays 0
     np.testing.assert_allclose(expected.rewards, [1.0, 1.0 - 0.001 * 20, 1.0, 0.0], rtol=0, atol=1e-15)
@@ -379,7 +187,7 @@ def test_cli_compile_prints_the_module(capsys):
     assert main(["compile", str(path), "--shaper", "overlong", "--emit", "python"]) == 0
     printed = capsys.readouterr().out
     ir = shapec.compile_file(path, backend="interpreter").ir("overlong")
-    assert printed == lowering.emit_python(ir)
+    assert printed == emit_python(ir)
 
 
 def test_cli_compile_unknown_shaper(capsys):
@@ -395,16 +203,30 @@ def test_cli_check_does_not_import_numba():
     assert done.stdout.strip() == "False", done.stderr
 
 
-def test_a_repeated_stage_builds_an_extension_with_a_valid_module_name(cache, monkeypatch):
-    """A pipeline's second `a` is the stage `a#2`; its module's file name is also the extension's
-    C module name, so it is written with `_` (a `#` there failed gcc and turned the extension
-    build off for the rest of the process)."""
-    monkeypatch.setattr(build, "_FELL_BACK", [])
-    source = OVERLONG + "pipeline twice = overlong >> overlong\n"
-    shaper = shapec.compile_str(source, backend="numba").twice
-    out = shaper([1.0, 1.0], group_size=2, channels={"length": [5, 12]})
-    assert out.rewards.tolist() == [1.0, -1.0]
-    assert not build._FELL_BACK and build.aot_enabled()
-    names = sorted(p.name for p in cache.glob("shapec_aot_*.so"))
-    assert len(names) == 2 and all(n.split(".")[0].isidentifier() for n in names)
-    assert any(n.startswith("shapec_aot_overlong_2_") for n in names)
+def test_fork_after_a_parallel_kernel_works():
+    code = """
+        import multiprocessing as mp
+        import numpy as np
+        import shapec
+        spec = "shaper half() {\\n  term t = -0.5 when reward > 0\\n}\\n"
+        n = 8192  # past PARALLEL_MIN_ROLLOUTS: the threads do run
+        r = np.tile([1.0, 0.0], n // 2)
+        par = shapec.compile_str(spec, backend="numba", parallel=True).half
+        assert par(r, group_size=2).rewards[:2].tolist() == [0.5, 0.0]
+        import numba
+        print(numba.threading_layer())
+
+        def child(q):
+            out = [shapec.compile_str(spec, backend=b, parallel=p).half(r, group_size=2).rewards[:2].tolist()
+                   for b, p in (("interpreter", False), ("numba", False), ("numba", True))]
+            q.put(out)
+
+        q = mp.get_context("fork").Queue()
+        p = mp.get_context("fork").Process(target=child, args=(q,))
+        p.start()
+        p.join(300)
+        print(p.exitcode, q.get(timeout=5))
+    """
+    layer, result = run_python(code, files.cache_root()).splitlines()
+    assert layer in ("workqueue", "tbb")
+    assert result == f"0 {[[0.5, 0.0]] * 3}"

@@ -11,7 +11,7 @@ import pytest
 from shapec import check_source, compile_str
 from shapec.runtime.validate import BatchError
 
-from .helpers import position, src
+from .helpers import position
 
 HEADER = "shaper s(limit: int = 10) {\n  input length: tokens\n  gate right = reward > 0\n"
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.compiler.lowering import emit_python
+from shapec.compiler.lowering.module import emit_python
 
 from .helpers import every_backend, ragged_offsets
 

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shapec.cli import main
+from shapec import files
 from shapec.tools import atomic, rundata, writers
 
 SPEC = ("shaper longest(p: float = 0.25) requires binary produces nonneg {\n"
@@ -62,7 +63,7 @@ def counts(stdout: str) -> tuple[int, int, int]:
 
 
 def leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if atomic.TMP_MARK in p.name)
+    return sorted(p.name for p in folder.iterdir() if files.TMP_MARK in p.name)
 
 
 # ------------------------------------------------------------------------- 9: the input is never an output
@@ -198,7 +199,7 @@ def test_a_read_only_folder_is_one_line_and_exit_2(tmp_path, spec, monkeypatch):
     def read_only(*args, **kwargs):
         raise OSError(errno.EROFS, "Read-only file system")
 
-    monkeypatch.setattr(atomic.tempfile, "mkstemp", read_only)
+    monkeypatch.setattr(files.tempfile, "mkstemp", read_only)
     rc, _, err = run(spec, "--data", data, "--out", tmp_path / "out.jsonl")
     assert rc == 2 and err == f"shapec run: cannot write {tmp_path / 'out.jsonl'}: Read-only file system\n"
     assert not (tmp_path / "out.jsonl").exists()

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapec import compile_str
-from shapec.compiler.lowering import MUTATING_HELPERS, emit_python
+from shapec.compiler.lowering.module import emit_python
+from shapec.compiler.lowering.reductions import MUTATING_HELPERS
 from shapec.compiler.lowering.schedule import fuse_block
 
 

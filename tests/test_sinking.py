@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.compiler.lowering import emit_python
+from shapec.compiler.lowering.module import emit_python
 
 SPEC = """
 shaper sunk(w: float = 0.0, v: float = 0.0) requires binary produces real {

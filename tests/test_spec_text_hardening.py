@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import shapec
-from shapec.compiler import build
-from shapec.compiler.lowering import emit_python
+from shapec.compiler import store
 from shapec.syntax.source import ShapeError
 
 LIB = b"shaper lib() produces real {\n  input length: tokens\n  # note\r  term t = -1\n}\n"
@@ -107,5 +107,5 @@ def test_an_import_name_that_is_already_defined_is_e202(tmp_path, main, caret):
 def test_cache_file_names_are_short_whatever_the_shaper_is_called(name):
     ir = shapec.compile_str(f"shaper {name}() produces real {{\n  term t = 0.5\n}}\n", "t.shape",
                             "interpreter").ir(name)
-    path = build.module_path(ir, emit_python(ir))
-    assert len(build.extension_path(path).name) <= 120 and len(path.name) <= 64, path.name
+    path = store.module_path(Path("kernels"), ir, store.kernel_key(ir, False, ()))
+    assert len(path.name) <= 72 and path.stem.isidentifier(), path.name

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shapec
-from shapec.compiler.kernel import MAX_VARIANTS
-from shapec.compiler.lowering import emit_python
-from shapec.compiler.lowering.__init__ import _lower_all
+from shapec.compiler import store
+from shapec.compiler.lowering.module import emit_python, lower_module
 from shapec.compiler.specialize import UNKNOWN, Facts, specialize
 from shapec.runtime.params import param_arrays
-from shapec.runtime.shaper import CompiledShaper
+from shapec.runtime.kernel import MAX_VARIANTS
+from shapec.runtime.shaper import BoundShaper, CompiledShaper
 from tests.test_differential import EVERY_CONSTRUCT, FILE_TARGETS, fixed_specs, random_call, sizes_st
 
 SWITCHED = """
@@ -190,7 +190,7 @@ def test_the_lowering_leaves_out_what_the_params_turn_off():
 
     def variant(**params):
         values = facts.of(_matrix(ir, param_arrays(ir, params, 1)))
-        return _lower_all(ir, False, specialize(ir, facts, values))[0]
+        return lower_module(ir, False, specialize(ir, facts, values))[0]
 
     default = variant()
     assert "k_sort(" in general and "srt_mad(" in general
@@ -203,15 +203,21 @@ def test_the_lowering_leaves_out_what_the_params_turn_off():
     assert len(sig) == 1 and sig == [line for line in default.splitlines() if line.startswith("SIG_s0_")]
 
 
+def compiles(monkeypatch) -> list:
+    """The specialised IR of every kernel compiled from now on (None: the general kernel)."""
+    built = []
+    real = store.kernel
+    monkeypatch.setattr(store, "kernel", lambda ir, parallel, facts, specialized: built.append(specialized) or real(
+        ir, parallel, facts, specialized))
+    return built
+
+
 def test_a_kernel_compiles_at_most_three_variants(tmp_path, monkeypatch):
     monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("SHAPEC_AOT", "0")
     shaper = shapec.compile_str(SWITCHED, "s.shape", backend="numba")["switched"]
     interp = shapec.compile_str(SWITCHED, "s.shape", backend="interpreter")["switched"]
     kernel = shaper._kernels[0]
-    built = []
-    compile_real = kernel.compile
-    kernel.compile = lambda specialised: built.append(specialised) or compile_real(specialised)
+    built = compiles(monkeypatch)
     rewards = [1.0, 0.0, 1.0, 1.0, 1.0, 0.0]
     channels = {"length": [3.0, 5.0, 8.0, 2.0, 9.0, 4.0]}
     calls = [{}, {}, {"a": 0.5}, {"a": 0.5}, {}, {"b": 1.0, "on": True}, {"a": 2.0, "on": True, "n": 3},
@@ -228,15 +234,15 @@ def test_a_kernel_compiles_at_most_three_variants(tmp_path, monkeypatch):
 
 def test_prepare_compiles_before_the_first_call(tmp_path, monkeypatch):
     monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("SHAPEC_AOT", "0")
     shaper = shapec.compile_str(SWITCHED, "s.shape", backend="numba")["switched"]
     assert shaper._kernels[0].variants == {}
-    assert shaper.prepare({"a": 0.5}) is shaper
+    bound = shaper.prepare({"a": 0.5})
+    assert isinstance(bound, BoundShaper) and bound.shaper is shaper
     (key,) = shaper._kernels[0].variants
     shaper([1.0, 1.0], group_size=2, channels={"length": [1.0, 2.0]}, params={"a": 0.5})
     assert list(shaper._kernels[0].variants) == [key]  # the call found it
     interp = shapec.compile_str(SWITCHED, "s.shape", backend="interpreter")["switched"]
-    assert interp.prepare({"a": 0.5}) is interp
+    assert interp.prepare({"a": 0.5}).shaper is interp
 
 
 def test_a_negative_zero_param_is_not_the_remembered_positive_one():
@@ -250,12 +256,8 @@ def test_threads_on_a_first_call_compile_one_kernel(tmp_path, monkeypatch):
     import threading
 
     monkeypatch.setenv("SHAPEC_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("SHAPEC_AOT", "0")
     shaper = shapec.compile_str(SWITCHED, "s.shape", backend="numba")["switched"]
-    kernel = shaper._kernels[0]
-    built = []
-    compile_real = kernel.compile
-    kernel.compile = lambda specialised: built.append(specialised) or compile_real(specialised)
+    built = compiles(monkeypatch)
     call = dict(group_size=2, channels={"length": [3.0, 5.0]}, params={"a": 0.5})
     results = []
     threads = [threading.Thread(target=lambda: results.append(shaper([1.0, 1.0], **call).rewards.tobytes()))

@@ -32,19 +32,6 @@ def test_group_order_is_stable_by_first_appearance():
     assert offsets.tolist() == [0, 2, 4, 5]
 
 
-def test_group_keys_are_groups_by_value_and_kind():
-    """A bool is not the prompt 1 (True == 1 in Python), numpy and torch scalars are their values (a
-    0-d array or tensor hashes by identity), and a NaN key, equal to nothing, is refused."""
-    import torch
-
-    order, offsets = group_order([True, 1, 1.0, np.int64(1), torch.tensor(1), np.array(1), "a", np.str_("a"), False])
-    assert offsets.tolist() == [0, 1, 6, 8, 9] and order.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
-    with pytest.raises(ValueError, match=r"^group key of rollout 1 is NaN; a group key names one prompt group$"):
-        group_order(["a", float("nan"), "a"])
-    with pytest.raises(ValueError, match=r"^group key of rollout 0 is NaN"):
-        group_order([np.float32("nan")])
-
-
 @pytest.mark.parametrize("backend", ["interpreter", "numba"])
 def test_interleaved_groups_shaped_whole_and_written_back_in_place(backend):
     shaper = shapec.load("kimi", backend=backend).kimi_length

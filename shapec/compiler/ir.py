@@ -153,3 +153,46 @@ class PipelineIR:
     stages: tuple[tuple[ShaperIR, dict[str, Any]], ...]  # shaper and its call arguments
     source: str = ""
     filename: str = ""
+
+
+# ------------------------------------------------------------------------- walks
+def walk(node: Node):
+    """Every node under node, parents first; a stack, not recursion, since expressions can be deep."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(reversed(n.args))
+
+
+def post_order(root, children, seen):
+    """Every node under root after its children, each once: a stack, not recursion, since
+    expressions can be deep. A node whose id is in `seen` (which the caller fills as each node is
+    yielded) is skipped, with what is under it."""
+    stack = [(root, False)]
+    while stack:
+        n, children_done = stack.pop()
+        if id(n) in seen:
+            continue
+        if not children_done:
+            stack.append((n, True))
+            stack.extend((c, False) for c in children(n) if id(c) not in seen)
+            continue
+        yield n
+
+
+def steps_nodes(ir: ShaperIR):
+    """Every expression of a shaper, with the statement it belongs to."""
+    for _, node in ir.channels:
+        yield node
+    for step in (*ir.batch_steps, *ir.skips, *ir.steps):
+        for n in (step.expr, step.on, step.when):
+            if n is not None:
+                yield n
+        for _, _, w in step.rules:
+            if w is not None:
+                yield w
+    if ir.result is not None:
+        yield ir.result
+    for _, node in ir.metrics:
+        yield node

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..runtime.interp import k_and, k_cmp, k_or
 from .ir import PARAM, Node, ShaperIR, Step
-from .lowering.emitter import post_order, steps_nodes, walk
+from .ir import post_order, steps_nodes, walk
 
 UNKNOWN = None  # a fact the params do not settle: the code stays general there
 

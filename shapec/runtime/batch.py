@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
-from .validate import (BatchError, as_array, band, band_table, check_offsets, clean, clean_flags, finite,
+from .validate import (BatchError, as_array, band, band_table, check_offsets, finite,
                        group_size_offsets, integers, numeric, show)
 
 __all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
@@ -77,12 +77,6 @@ def as_flags(arr: np.ndarray) -> np.ndarray:
 def _checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
     """Finite values (NaN allowed where it means missing), >= 0 for a unit, whole for an int, and a
     bool as 0/1 (as_flags)."""
-    if typ == "bool":
-        flags = clean_flags(arr, allow_nan)  # the check and the flags in one pass
-        if flags is not None:
-            return flags
-    elif clean(arr, typ in UNITS, allow_nan, typ == "int"):
-        return arr
     if allow_nan:
         finite(name, np.where(np.isnan(arr), 0.0, arr), typ if typ in UNITS else None)
     else:

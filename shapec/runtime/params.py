@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import difflib
 import math
+import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Optional
 
 import numpy as np
@@ -16,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
 from ..compiler.ir import ParamSpec, ShaperIR
-from .validate import is_finite_number, show
+from .validate import as_array, is_finite_number, show
 
 
 class ParamError(ValueError):
@@ -156,72 +158,67 @@ def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str =
     return model.model_dump()
 
 
-def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict[str, np.ndarray]:
-    """Scalars or per-group arrays -> float64 arrays of length G (bands: (G, 4); enums: member index).
+@dataclass(frozen=True)
+class Resolved:
+    """One stage's params, validated and encoded as the backends read them (floats; a band as
+    (a, b, f, present); an enum as its member's index): one value per param, or one per group."""
 
-    The same scalar params on the same number of groups return the same dict (shared: neither
-    backend writes to it), so a training loop that passes one config every step pays for a dict
-    lookup, and callers may cache what they derive from it by identity."""
-    seen = seen_key(ir, params, G)
-    if seen is not None and seen in _UNIFORM:
-        return _UNIFORM[seen]
+    ir: ShaperIR
+    uniform: dict[str, Any]
+    per_group: dict[str, list]
+
+    def check_groups(self, G: int) -> None:
+        """Per-group values are for G groups, or a ParamError names the first param that is not."""
+        for name, rows in self.per_group.items():
+            if len(rows) != G:
+                raise ParamError(f"param {name!r}: expected {G} per-group values, got {len(rows)}")
+
+    def columns(self, G: int) -> dict[str, np.ndarray]:
+        """Every param as an array of G values ((G, 4) for a band); per-group values must be G."""
+        self.check_groups(G)
+        out: dict[str, np.ndarray] = {}
+        for spec in self.ir.params:
+            if spec.name in self.per_group:
+                rows = self.per_group[spec.name]
+                out[spec.name] = np.array(rows, dtype=np.float64).reshape((G, 4) if spec.kind == "band" else (G,))
+            elif spec.kind == "band":
+                out[spec.name] = np.tile(np.array(self.uniform[spec.name], dtype=np.float64), (G, 1))
+            else:
+                out[spec.name] = np.full(G, self.uniform[spec.name], dtype=np.float64)
+        return out
+
+
+def resolve(ir: ShaperIR, params: Mapping[str, Any] | None) -> Resolved:
+    """Validate a stage's params (scalars, or a list or array of per-group values) and encode them."""
     params = mapping_of_params(params, f"params of shaper {ir.name!r}")
     specs = {s.name: s for s in ir.params}
     for key in params:
         if key not in specs:
             raise ParamError(f"unknown param {key!r} for shaper {ir.name!r}{_suggest(key, list(specs))}")
-    per_group = {k: v for k, v in params.items() if _is_per_group(specs[k], v)}
-    scalars = {k: v for k, v in params.items() if k not in per_group}
-    key = None if per_group else _key(ir, scalars)
-    if key is not None and (key, G) in _UNIFORM:
-        return _UNIFORM[key, G]
-    resolved = _validated_scalars(ir, scalars)
-    out: dict[str, np.ndarray] = {}
-    for spec in ir.params:
-        if spec.name in per_group:
-            column = list(per_group[spec.name])
-            if len(column) != G:
-                raise ParamError(f"param {spec.name!r}: expected {G} per-group values, got {len(column)}")
-            memo: dict[Any, Any] = {}  # per-group columns repeat a few values: validate each once
-            rows = []
-            for g, v in enumerate(column):
-                key = _typed(list(v) if isinstance(v, np.ndarray) else v)  # True is not 1 here either
-                try:
-                    hash(key)
-                except TypeError:
-                    raise ParamError(f"group {g}: param {spec.name!r} of shaper {ir.name!r}: expected "
-                                     f"{_NAMES.get(spec.kind, 'a value')}, got {v!r}") from None
-                if key not in memo:
-                    memo[key] = _encode(spec, validate_params(ir, {spec.name: v}, f"group {g}: ")[spec.name])
-                rows.append(memo[key])
-            out[spec.name] = np.array(rows, dtype=np.float64).reshape((G, 4) if spec.kind == "band" else (G,))
-        elif spec.kind == "band":
-            out[spec.name] = np.tile(np.array(_encode(spec, resolved[spec.name]), dtype=np.float64), (G, 1))
-        else:
-            out[spec.name] = np.full(G, _encode(spec, resolved[spec.name]), dtype=np.float64)
-    if key is not None:
-        remember(_UNIFORM, (key, G), out)
-        if seen is not None:
-            remember(_UNIFORM, seen, out)
-    return out
+    per_group_values = {k: v for k, v in params.items() if _is_per_group(specs[k], v)}
+    scalars = validate_params(ir, {k: v for k, v in params.items() if k not in per_group_values})
+    uniform = {name: _encode(specs[name], value) for name, value in scalars.items() if name not in per_group_values}
+    per_group: dict[str, list] = {}
+    for name, column in per_group_values.items():
+        memo: dict[Any, Any] = {}  # per-group columns repeat a few values: validate each once
+        rows = []
+        for g, v in enumerate(list(column)):
+            key = _typed(list(v) if isinstance(v, np.ndarray) else v)  # True is not 1 here either
+            try:
+                hash(key)
+            except TypeError:
+                raise ParamError(f"group {g}: param {name!r} of shaper {ir.name!r}: expected "
+                                 f"{_NAMES.get(specs[name].kind, 'a value')}, got {v!r}") from None
+            if key not in memo:
+                memo[key] = _encode(specs[name], validate_params(ir, {name: v}, f"group {g}: ")[name])
+            rows.append(memo[key])
+        per_group[name] = rows
+    return Resolved(ir, uniform, per_group)
 
 
-def seen_key(ir: ShaperIR, params: Any, G: int) -> tuple | None:
-    """The exact params as passed (values and their types, in order), when they are all hashable
-    scalars or tuples (a list is per-group values: not remembered)."""
-    if type(params) is not dict:
-        return None
-    types = tuple(map(type, params.values()))
-    if list in types:
-        return None
-    try:
-        key = (id(ir), G, tuple((k, _typed(v)) for k, v in params.items()) if tuple in types
-               else (tuple(params.items()), types, _zero_signs(params.values())
-                     if 0.0 in params.values() else ()))
-        hash(key)
-    except TypeError:
-        return None
-    return key
+def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict[str, np.ndarray]:
+    """Scalars or per-group arrays -> float64 arrays of length G (bands: (G, 4); enums: member index)."""
+    return resolve(ir, params).columns(G)
 
 
 def _typed(value: Any) -> tuple:
@@ -230,52 +227,9 @@ def _typed(value: Any) -> tuple:
     A float zero carries its sign: -0.0 == 0.0, but `-coeff * x` is a zero of the other sign."""
     if isinstance(value, (list, tuple)):
         return (type(value).__name__, tuple(_typed(v) for v in value))
-    if isinstance(value, float) and value == 0.0:
+    if isinstance(value, (float, np.floating)) and value == 0.0:
         return (type(value).__name__, value, math.copysign(1.0, value))
     return (type(value).__name__, value)
-
-
-def _zero_signs(values) -> tuple:
-    """The signs of the float zeros among values (what equality and hashing leave out)."""
-    return tuple(math.copysign(1.0, v) for v in values if isinstance(v, float) and v == 0.0)
-
-
-# Arrays of params that are the same for every group, by (params, G): a training loop passes the
-# same params every step, and building 30 arrays per call cost a third of a small call. The
-# kernels and the interpreter only read them.
-_UNIFORM: dict[tuple, dict[str, np.ndarray]] = {}
-
-
-def _key(ir: ShaperIR, scalars: dict[str, Any]) -> tuple | None:
-    """A hashable key of scalar params (None when a value is not hashable: then nothing is remembered)."""
-    try:
-        # the type is part of the key: 1, 1.0 and True are equal (and hash alike) but validate differently
-        key = (id(ir), tuple(sorted((k, _typed(v)) for k, v in scalars.items())))
-        hash(key)
-    except TypeError:
-        return None
-    params_model(ir)  # holds the IR, so its id stays unique while an entry lives
-    return key
-
-
-def remember(memo: dict, key: tuple, value) -> None:
-    """memo[key] = value in a memo kept to about a thousand entries (cleared when it grows past)."""
-    if len(memo) > 1024:
-        memo.clear()
-    memo[key] = value
-
-
-_VALIDATED: dict[tuple, dict[str, Any]] = {}  # a training loop passes the same params every step
-
-
-def _validated_scalars(ir: ShaperIR, scalars: dict[str, Any]) -> dict[str, Any]:
-    """validate_params, remembered for hashable inputs so a repeated call skips pydantic."""
-    key = _key(ir, scalars)
-    if key is None:
-        return validate_params(ir, scalars)
-    if key not in _VALIDATED:
-        remember(_VALIDATED, key, validate_params(ir, scalars))
-    return _VALIDATED[key]
 
 
 def _is_per_group(spec: ParamSpec, value: Any) -> bool:
@@ -295,3 +249,49 @@ def _encode(spec: ParamSpec, value: Any):
     if spec.kind == "enum":
         return float(spec.members.index(value))
     return float(value)
+
+
+# ------------------------------------------------------------------------- the key of a call's params
+_SCALARS = frozenset({float, int, bool, str, type(None), np.float64, np.float32, np.float16, np.int64, np.int32,
+                      np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, np.bool_})
+
+
+class _Uncacheable(Exception):
+    """A value the key cannot capture (an object array, an unhashable type): resolved on every call."""
+
+
+def params_key(params: Any) -> tuple | None:
+    """The params of a call by value, as a dict key (None: not keyable): equal keys resolve to equal
+    param arrays. A number's type is part of it (1, 1.0 and True validate differently) and so is a
+    zero's sign (-0.0 == 0.0, but `-coeff * x` is a zero of the other sign), in every float width.
+
+    A flat dict of scalars, what a training loop passes every step, is keyed by its items as they
+    are; anything else (per-group arrays, a pipeline's nested dicts, tensors) by its values' bits."""
+    if params is None:
+        return ()
+    if type(params) is dict:
+        values = params.values()
+        types = tuple(map(type, values))
+        if _SCALARS.issuperset(types):
+            signs = tuple(math.copysign(1.0, v) for v in values if v == 0) if 0 in values else ()
+            return tuple(params.items()), types, signs
+    try:
+        key = _bits(params)
+        hash(key)
+    except (_Uncacheable, TypeError):
+        return None
+    return key
+
+
+def _bits(value: Any):
+    kind = type(value)
+    if kind in _SCALARS:
+        return (kind, struct.pack("<d", float(value))) if isinstance(value, (float, np.floating)) else (kind, value)
+    if isinstance(value, (list, tuple)):
+        return (kind, tuple(_bits(v) for v in value))
+    if isinstance(value, Mapping):
+        return (dict, tuple((k, _bits(v)) for k, v in value.items()))
+    value = as_array("params", value)
+    if isinstance(value, np.ndarray) and not value.dtype.hasobject:
+        return (np.ndarray, value.dtype.str, value.shape, value.tobytes())
+    raise _Uncacheable

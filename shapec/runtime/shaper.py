@@ -14,9 +14,8 @@ import numpy as np
 
 from ..compiler.ir import PipelineIR, ShaperIR
 from .batch import Batch, make_batch
-from .fastlane import FastLane
 from .interp import Interpreter, StageOutput
-from .params import ParamError, mapping_of_params, param_arrays, params_model
+from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve
 from .validate import BatchError, as_array, is_finite_number, numeric, show
 
 log = logging.getLogger("shapec")
@@ -143,6 +142,28 @@ class Result:
         return out
 
 
+BOUND_PARAMS = 64  # the params a shaper keeps resolved: a run passes one or a few sets, a schedule a new one per step
+
+
+class Bound:
+    """A call's params, resolved once for every stage (params.resolve) and, on the numba backend,
+    packed into the kernel's arguments with the compiled variant that fits them (kernel.py)."""
+
+    def __init__(self, resolved: list[Resolved]):
+        self.resolved = resolved
+        self._kernel_args: list[tuple | None] = [None] * len(resolved)
+
+    def kernel_args(self, i: int, kernel, G: int) -> tuple:
+        """(compiled kernel, packed params) of stage i for a call on G groups."""
+        resolved = self.resolved[i]
+        resolved.check_groups(G)
+        found = self._kernel_args[i]
+        if found is None:
+            packed = kernel.pack(resolved.columns(G if resolved.per_group else 1))
+            found = self._kernel_args[i] = (kernel.for_params(packed), packed)
+        return found
+
+
 class CompiledShaper:
     """A shaper or pipeline compiled for one backend; call it on arrays.
 
@@ -167,15 +188,13 @@ class CompiledShaper:
         self._inputs = tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items())
         self._metas = tuple({m.name: m for s, _ in self.stages for m in s.metas}.values())
         self._warned: set[str] = set()
+        self._bound: dict[tuple, Bound] = {}  # params_key -> Bound, the oldest dropped past BOUND_PARAMS
+        self._bound_lock = threading.Lock()
         self._kernels = None
-        self._lane = None  # the call on arrays in kernel form (fastlane.py), for a shaper or one-stage pipeline
         if backend == "numba":
-            from ..compiler.build import load_kernels
+            from .kernel import Kernel
 
-            self._kernels = load_kernels(ir, self.parallel)
-            if len(self.stages) == 1:
-                lane = FastLane(self, self._kernels[0])
-                self._lane = lane if lane.fills_every_argument else None
+            self._kernels = [Kernel(s, self.parallel) for s, _ in self.stages]
 
     @property
     def name(self) -> str:
@@ -252,16 +271,36 @@ class CompiledShaper:
                 raise ParamError(f"unknown stage {key!r} in params of pipeline {self.name!r}{hint}")
         return [{**args, **mapping_of_params(params.get(s.name), f"params[{s.name!r}]")} for s, args in self.stages]
 
-    def prepare(self, params: Mapping[str, Any] | None = None, groups: int = 1) -> "CompiledShaper":
-        """Compile the kernels for these params now, so that the first training step does not wait
-        for numba; `params` as a call takes them (per-group values: `groups` of them).
+    def _bind(self, params: Mapping[str, Any] | None) -> Bound:
+        """The call's params resolved for every stage: from the shaper's cache when a call with the
+        same values came before (params_key), else resolved now and kept."""
+        key = params_key(params)
+        bound = self._bound.get(key) if key is not None else None
+        if bound is None:
+            bound = Bound([resolve(ir, values) for (ir, _), values in zip(self.stages, self._stage_params(params))])
+            if key is not None:
+                with self._bound_lock:
+                    self._bound[key] = bound
+                    if len(self._bound) > BOUND_PARAMS:
+                        del self._bound[next(iter(self._bound))]
+        return bound
 
-        The numba backend compiles each kernel for what its params turn off (specialize.py); a
-        call whose params turn on more compiles again, at most twice. No-op on the interpreter."""
+    def prepare(self, params: Mapping[str, Any] | None = None, groups: int | None = None) -> "BoundShaper":
+        """This shaper with `params` bound: validated once, and on the numba backend the kernels
+        compiled for them now, so that the first training step does not wait for numba. `params`
+        as a call takes them; per-group values are for `groups` groups (default: as many as given).
+        The handle is called like the shaper, without `params=`: a training loop that keeps one
+        config calls it every step.
+
+        Each kernel is compiled for what its params turn off (specialize.py); a call whose params
+        turn on more compiles again, at most twice."""
+        bound = self._bind(params)
         if self._kernels is not None:
-            for (ir, _), values, kernel in zip(self.stages, self._stage_params(params), self._kernels):
-                kernel.prepare(param_arrays(ir, values, groups))
-        return self
+            for i, kernel in enumerate(self._kernels):
+                per_group = bound.resolved[i].per_group
+                G = groups if groups is not None else len(next(iter(per_group.values()))) if per_group else 1
+                bound.kernel_args(i, kernel, G)
+        return BoundShaper(self, bound)
 
     # ------------------------------------------------------------ call
     def __call__(
@@ -286,58 +325,57 @@ class CompiledShaper:
         `rewards`), for a call whose rewards were already shaped elsewhere, such as an advantage
         stage run on its own. `breakdown=False` leaves every stage's `terms` and `factors` empty:
         the kernel then never stores them, which a trainer that only reads the rewards saves."""
-        if self._lane is not None and training and reward_components is None and env_rewards is None:
-            result = self._lane(rewards, group_size, offsets, channels, metadata, params, breakdown)
-            if result is not None:
-                return result
+        batch = self._batch(rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
+                            allow_short_last_group)
+        return self._shape(batch, self._bind(params), training, breakdown)
+
+    def _batch(self, rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
+               allow_short_last_group) -> Batch:
         batch = make_batch(
             None, rewards, group_size=group_size, offsets=offsets, channels=channels, metadata=metadata,
             reward_components=reward_components, inputs_needed=self._inputs, metas_needed=self._metas,
             allow_short_last_group=allow_short_last_group,
         )
         if env_rewards is None:
-            env_rewards = batch.rewards.copy()
+            batch.env_rewards = batch.rewards.copy()
         else:
-            env_rewards = numeric("env_rewards", env_rewards, batch.n)
-            if not np.isfinite(env_rewards).all():
-                raise BatchError(f"env_rewards: not finite at index {int(np.flatnonzero(~np.isfinite(env_rewards))[0])}")
-        stage_params = self._stage_params(params)
-        arrays = [param_arrays(ir, values, batch.groups) for (ir, _), values in zip(self.stages, stage_params)]
-        with self._lock:
-            return self._shape(batch, env_rewards, arrays, training, breakdown)
+            batch.env_rewards = numeric("env_rewards", env_rewards, batch.n)
+            if not np.isfinite(batch.env_rewards).all():
+                bad = int(np.flatnonzero(~np.isfinite(batch.env_rewards))[0])
+                raise BatchError(f"env_rewards: not finite at index {bad}")
+        return batch
 
-    def _shape(self, batch: Batch, env_rewards: np.ndarray, arrays: list, training: bool,
-               breakdown: bool = True) -> Result:
-        current = batch.rewards
-        result = Result(current, batch.offsets)
-        for i, (ir, _) in enumerate(self.stages):
-            stage_batch = Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands, batch.lists,
-                                batch.components, env_rewards)
-            out = self._run(i, ir, stage_batch, arrays[i], training, breakdown)
-            if training:
-                self._state[ir.name] = dict(out.state)
-            result.stages.append(self._stage_result(ir, current, out))
-            current = out.rewards
-        result.rewards = current
-        return result
+    def _shape(self, batch: Batch, bound: Bound, training: bool, breakdown: bool) -> Result:
+        with self._lock:
+            current = batch.rewards
+            result = Result(current, batch.offsets)
+            for i, (ir, _) in enumerate(self.stages):
+                stage_batch = Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands, batch.lists,
+                                    batch.components, batch.env_rewards)
+                out = self._run(i, ir, stage_batch, bound, training, breakdown)
+                if training:
+                    self._state[ir.name] = dict(out.state)
+                result.stages.append(self._stage_result(ir, current, out))
+                current = out.rewards
+            result.rewards = current
+            return result
+
+    def _run(self, i: int, ir: ShaperIR, batch: Batch, bound: Bound, training, breakdown: bool) -> StageOutput:
+        state = self._state[ir.name]
+        bound.resolved[i].check_groups(batch.groups)
+        if self._kernels is not None:
+            kernel = self._kernels[i]
+            fn, packed = bound.kernel_args(i, kernel, batch.groups) if training else (None, [])
+            return kernel.run(fn, batch, packed, state, training, breakdown)
+        out = Interpreter(ir, batch, bound.resolved[i].columns(batch.groups), state).run(training)
+        if not breakdown:
+            out.terms, out.factors = {}, {}
+        return out
 
     def _stage_result(self, ir: ShaperIR, reward_in: np.ndarray, out: StageOutput) -> StageResult:
         self._warn_non_binary(ir, out)
         return StageResult(ir.name, reward_in, out.rewards, out.terms, out.factors, out.skip_codes, ir.skip_reasons,
                            out.gate_codes, ir.gate_reasons, out.metrics)
-
-    def _one_stage_result(self, ir: ShaperIR, reward_in: np.ndarray, offsets: np.ndarray,
-                          out: StageOutput) -> Result:
-        return Result(out.rewards, offsets, [self._stage_result(ir, reward_in, out)])
-
-    def _run(self, i: int, ir: ShaperIR, batch: Batch, params, training, breakdown: bool) -> StageOutput:
-        state = self._state[ir.name]
-        if self._kernels is not None:
-            return self._kernels[i].run(batch, params, state, training, breakdown)
-        out = Interpreter(ir, batch, params, state).run(training)
-        if not breakdown:
-            out.terms, out.factors = {}, {}
-        return out
 
     def _warn_non_binary(self, ir: ShaperIR, out: StageOutput) -> None:
         """Warn once per stage of this shaper, not on every training step."""
@@ -348,3 +386,27 @@ class CompiledShaper:
             self._warned.add(ir.name)
             log.warning("shaper %r requires binary rewards: %d group(s) with graded, negative or "
                         "multi-component rewards were passed through unchanged", ir.name, count)
+
+
+class BoundShaper:
+    """A shaper with its params bound (what `shaper.prepare(params)` returns): called like the
+    shaper, without `params=`; every other attribute is the shaper's (state, stages, ...)."""
+
+    def __init__(self, shaper: CompiledShaper, bound: Bound):
+        self.shaper = shaper
+        self._bound = bound
+
+    def __call__(self, rewards: Any, *, group_size: int | None = None, offsets: Any = None,
+                 channels: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
+                 reward_components: Any = None, env_rewards: Any = None, training: bool = True,
+                 allow_short_last_group: bool = False, breakdown: bool = True) -> Result:
+        shaper = self.shaper
+        batch = shaper._batch(rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
+                              allow_short_last_group)
+        return shaper._shape(batch, self._bound, training, breakdown)
+
+    def __getattr__(self, name: str):
+        return getattr(self.shaper, name)
+
+    def __repr__(self) -> str:
+        return f"<bound {self.shaper!r}>"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from collections.abc import Mapping  # isinstance against typing.Mapping is several times slower
 from typing import Any
 
@@ -18,40 +19,6 @@ from ..compiler.ir import UNITS
 
 _F64 = np.dtype(np.float64)
 _INT64_MAX = np.iinfo(np.int64).max
-_FAST = None  # runtime/fastcheck.py once the numba backend is in use: one-pass checks, same verdicts
-
-
-def use_compiled_checks(module) -> None:
-    """Let the validators answer "clean" with one compiled pass (runtime/fastcheck.py, as the numba
-    backend loads it: compiler/checks_build.py); the numpy code below still decides every array the
-    fast check does not pass, and words the error."""
-    global _FAST
-    if module is not None:
-        _FAST = module
-
-
-def compiled_checks():
-    """The compiled one-pass checks (runtime/fastcheck.py's functions), or None."""
-    return _FAST
-
-
-def _fast_1d(arr: np.ndarray) -> bool:
-    return _FAST is not None and arr.dtype == _F64 and arr.ndim == 1 and arr.flags.c_contiguous
-
-
-def clean(arr: np.ndarray, nonneg: bool, allow_nan: bool, whole: bool) -> bool:
-    """The fast check alone: True only when the array is certainly valid (False means: look closer)."""
-    return _fast_1d(arr) and _FAST.clean_values(arr, nonneg, allow_nan, whole)
-
-
-def clean_flags(arr: np.ndarray, allow_nan: bool) -> np.ndarray | None:
-    """A clean bool column's 0/1 flags (batch.as_flags) from one compiled pass; None: look closer."""
-    if not _fast_1d(arr):
-        return None
-    flags = np.empty(len(arr))
-    return flags if _FAST.clean_flags(arr, allow_nan, flags) else None
-
-
 class BatchError(ValueError):
     """Bad input data: names the field, the first bad index and what was expected."""
 
@@ -84,11 +51,12 @@ def as_array(name: str, value: Any) -> Any:
     and a masked array with a masked entry refused; anything else as it is. numpy reads a CPU
     tensor itself, but raises on one that requires grad, lives on a GPU or is bfloat16, and it
     reads a masked entry's hidden value as if it were data."""
-    if isinstance(value, np.ma.MaskedArray):
-        if np.ma.is_masked(value):
-            raise BatchError(f"{name}: masked entry at index {_first(np.ma.getmaskarray(value).ravel())}; "
+    masked = sys.modules.get("numpy.ma")  # numpy imports it on first use: until then no value is masked
+    if masked is not None and isinstance(value, masked.MaskedArray):
+        if masked.is_masked(value):
+            raise BatchError(f"{name}: masked entry at index {_first(masked.getmaskarray(value).ravel())}; "
                              f"expected a value everywhere")
-        return np.ma.getdata(value)
+        return masked.getdata(value)
     if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
         tensor = value.detach().cpu()
         try:
@@ -153,7 +121,7 @@ def _element(name: str, i: int, v: Any) -> float:
 
 def finite(name: str, arr: np.ndarray, nonneg: str | None = None) -> np.ndarray:
     """No NaN, no infinity, and (when `nonneg` names what the values are, e.g. tokens) no negative value."""
-    if len(arr) == 0 or clean(arr, nonneg is not None, False, False):
+    if len(arr) == 0:
         return arr
     total = arr.sum()
     if math.isfinite(total) and (nonneg is None or arr.min() >= 0):  # one or two reductions when all is well
@@ -197,9 +165,6 @@ def integers(name: str, value: Any) -> np.ndarray:
 
 def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards") -> np.ndarray:
     """Group boundaries: start at 0, never go back, end at the number of values they slice."""
-    if (_FAST is not None and off.dtype == np.int64 and off.ndim == 1 and off.flags.c_contiguous
-            and _FAST.clean_offsets(off, total)):
-        return off
     if len(off) < 1:
         raise BatchError(f"{name}: expected at least one offset (0), got an empty array")
     if off[0] != 0 or off[-1] != total:
@@ -264,8 +229,6 @@ def band_table(name: str, value: np.ndarray, G: int) -> np.ndarray:
         raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
     value = np.ascontiguousarray(value, dtype=np.float64)
     out = np.empty((G, 4))
-    if _FAST is not None and _FAST.band_rows(value, out):
-        return out
     out[:, :3] = value[:, :3]
     if value.shape[1] == 4:
         flags = value[:, 3]

@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import hashlib
+import io
 import threading
 from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Transformer_NonRecursive, v_args
+from lark import __version__ as LARK_VERSION
 from lark.exceptions import UnexpectedInput
 
+from .. import files
 from . import ast as A
-from . import grammar_cache, literals
+from . import literals
 from .depth import MAX_EXPR_DEPTH, too_deep
 from .source import Diagnostic, ShapeError, Source, Span
+from .syntax_errors import SOURCE as GUARD
 from .syntax_errors import GluedKeyword, KeywordGuard, glued_error, syntax_error
 
 _comment_sink = threading.local()
-_keyword_guard = KeywordGuard()
 
 
 def _collect_comment(token: Token) -> Token:
@@ -29,14 +34,42 @@ def _collect_comment(token: Token) -> Token:
     return token
 
 
+GRAMMAR = Path(__file__).parent.parent / "grammar" / "shape.lark"
+
+
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
-    """The LALR parser; its tables are rebuilt only when the grammar or lark changes (grammar_cache.py)."""
-    return grammar_cache.load(
-        Path(__file__).parent.parent / "grammar" / "shape.lark",
-        {"parser": "lalr", "maybe_placeholders": True},
-        {"propagate_positions": True, "lexer_callbacks": {"COMMENT": _collect_comment}, "postlex": _keyword_guard},
-    )
+    """The LALR parser. Its tables are saved (Lark's own `save`, with the lexer callback and the
+    keyword guard by reference) in the private cache folder (files.py), where no other user can
+    plant the pickle `Lark.load` reads back, in a file named by the grammar's digest and lark's
+    version: a new grammar or lark gets a new file. A file that is not this user's alone is never
+    read; a damaged one is built again (0.1 s). Without a usable folder the tables are built each time."""
+    text = GRAMMAR.read_text(encoding="utf-8")
+    try:
+        folder = files.private_folder(files.cache_root() / "grammar")
+    except OSError:
+        return _built(text)
+    digest = hashlib.sha256(f"{text}\0{sorted(LARK_OPTIONS.items())}\0{LARK_VERSION}".encode()).hexdigest()[:32]
+    tables = folder / f"shape-{digest}.lark"
+    saved = files.read_private(tables)
+    if saved is not None:
+        try:
+            return Lark.load(io.BytesIO(saved))
+        except Exception:  # noqa: BLE001 - damaged in any way a pickle can be: built again below
+            pass
+    parser = _built(text)
+    data = io.BytesIO()
+    parser.save(data)
+    with contextlib.suppress(OSError):  # no tables kept this time: the next process builds them too
+        files.write_atomic(tables, data.getvalue())
+    return parser
+
+
+LARK_OPTIONS = {"parser": "lalr", "maybe_placeholders": True, "propagate_positions": True}
+
+
+def _built(text: str) -> Lark:
+    return Lark(text, **LARK_OPTIONS, lexer_callbacks={"COMMENT": _collect_comment}, postlex=KeywordGuard())
 
 
 def _doc(token: Token) -> str:
@@ -341,7 +374,7 @@ def parse(text: str, path: str = "<string>") -> A.Module:
     text = text.removeprefix(BOM)
     src = Source(path, text)
     _comment_sink.tokens = tokens = []
-    _keyword_guard.local.text = text
+    GUARD.text = text
     try:
         tree = _lark().parse(text)
     except UnexpectedInput as err:
@@ -350,7 +383,7 @@ def parse(text: str, path: str = "<string>") -> A.Module:
         raise ShapeError([glued_error(_lark(), src, err.token)]) from None
     finally:
         _comment_sink.tokens = None
-        _keyword_guard.local.text = ""
+        GUARD.text = ""
     builder = _Builder(src)
     module = builder.transform(tree)
     if builder.diags:

@@ -66,16 +66,17 @@ class GluedKeyword(Exception):
         self.token = token
 
 
+SOURCE = threading.local()  # .text: the spec this thread is parsing, which KeywordGuard reads
+
+
 class KeywordGuard(PostLex):
     """Where a name cannot stand, Lark's contextual lexer matches a keyword at the start of a longer
     word, so `onn right` would read as `on n right` and `a andb` as `a and b`. This pass refuses a
-    keyword that runs straight into a letter, digit or underscore of the same word."""
-
-    def __init__(self):
-        self.local = threading.local()
+    keyword that runs straight into a letter, digit or underscore of the same word. It keeps no state
+    of its own (the text is SOURCE's), so it is saved with the parser's tables by reference."""
 
     def process(self, stream):
-        text = getattr(self.local, "text", "")
+        text = getattr(SOURCE, "text", "")
         for tok in stream:
             if tok.type != "NAME" and tok.value.isidentifier() and _WORD.match(text, tok.end_pos or 0):
                 raise GluedKeyword(tok)

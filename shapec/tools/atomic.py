@@ -1,8 +1,8 @@
 """Files that appear whole or not at all: written under a temporary name, renamed on success.
 
-Every file `shapec run` and `shapec fmt` write goes through `AtomicFile`: the data goes to
-`.<name>.shapec-tmp-<pid>-<random>` in the destination's own folder (so the rename never crosses
-a file system), is flushed to disk, and `os.replace` puts it over the destination in one step.
+Every file `shapec run` and `shapec fmt` write goes through `AtomicFile`: the data goes to the
+temporary file `files.temporary_beside` makes in the destination's own folder (so the rename never
+crosses a file system), is flushed to disk, and `os.replace` puts it over the destination in one step.
 On any exception, Ctrl-C included, the temporary file is removed and the destination keeps its
 previous content. A process killed outright (kill -9, power loss) leaves the destination as it
 was plus, at worst, a leftover temporary file that its name marks as never being output.
@@ -20,15 +20,12 @@ import errno
 import os
 import signal
 import stat
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from ..files import temporary_beside
 from ..paths import path_kind, printable
 from .spec import ToolError
-
-TMP_MARK = ".shapec-tmp-"
-
 
 class OutputError(ToolError):
     """A file cannot be written: `cannot write PATH: REASON` (exit status 2)."""
@@ -146,13 +143,10 @@ class AtomicFile:
 
     def open(self) -> Path:
         check_destination(self.path, self.follow_links)
-        real = self.real
         try:
-            fd, name = tempfile.mkstemp(prefix=f".{real.name}{TMP_MARK}{os.getpid()}-", dir=real.parent)
+            self.tmp = temporary_beside(self.real)
         except OSError as err:
             raise OutputError(self.path, reason_of(err)) from None
-        os.close(fd)
-        self.tmp = Path(name)
         return self.tmp
 
     def commit(self) -> None:

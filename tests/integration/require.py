@@ -18,4 +18,4 @@ def need(module: str, extra: str):
         message = f"needs {module} ({err}); install it with: pip install -e '.[{extra}]'"
         if REQUIRE:
             pytest.fail(f"{message} (SHAPEC_REQUIRE_INTEGRATION=1: a skipped integration test fails)")
-        pytest.skip(message)
+        pytest.skip(message, allow_module_level=True)

@@ -3,71 +3,21 @@ each let or gate lives (a scalar, a row per group, a scratch array per rollout o
 
 from __future__ import annotations
 
+from ..arguments import plan_arguments
 from ..ir import GROUP, PARAM, ROLLOUT, Node, Step
-from .emitter import Arg, Emitter, steps_nodes, walk
+from .emitter import Emitter
 
 
 class Arguments:
     """The part of StageLowering (stage.py) that plans arguments, names and storage."""
 
     def plan_args(self) -> None:
-        ir, new = self.ir, self.namer.new
-        a = self.args
-        a += [Arg("rewards", "rewards"), Arg("env_rewards", "env_rewards"),
-              Arg("offsets", "offsets", numba_type="nt.int64[::1]"), Arg("components", "components"),
-              Arg("use_components", "use_components", numba_type="nt.boolean")]
-        if self.parallel:  # read in Python: numba.get_num_threads() inside a kernel defeats its cache
-            a.append(Arg("nthreads", "nthreads", numba_type="nt.int64"))
-        self.input_names = {}
-        for name, _ in ir.inputs:
-            self.input_names[name] = new("in", name)
-            a.append(Arg(self.input_names[name], "input", name))
-        metas, bands, lists = [], [], []
-        for node in steps_nodes(ir):
-            for n in walk(node):
-                if n.op == "ref" and n.attr[0] == "meta" and n.attr[1] not in metas:
-                    metas.append(n.attr[1])
-                elif n.op == "bandref" and n.attr[0] == "meta" and n.attr[1] not in bands:
-                    bands.append(n.attr[1])
-                elif n.op == "ref" and n.attr[0] == "item":
-                    lst = n.attr[1].split(".", 1)[0]
-                    if lst not in lists:
-                        lists.append(lst)
-                elif n.op == "reduce" and n.attr[1] and n.attr[1] not in lists:
-                    lists.append(n.attr[1])
-        self.meta_names = {p: new("m", p) for p in metas}
-        self.band_names = {p: new("bd", p) for p in bands}
-        a += [Arg(v, "meta", p) for p, v in self.meta_names.items()]
-        a += [Arg(v, "band", p, "nt.float64[:, ::1]") for p, v in self.band_names.items()]
-        self.list_offsets: dict[str, str] = {}
-        self.list_sizes: dict[str, str] = {}
-        self.list_fields: dict[str, str] = {}
-        spec = {m.name: m for m in ir.metas}
-        for lst in lists:
-            self.list_offsets[lst] = new("lo", lst)
-            self.list_sizes[lst] = new("ni", lst)
-            a.append(Arg(self.list_offsets[lst], "list_offsets", lst, "nt.int64[::1]"))
-            for fld, _ in spec[lst].fields:
-                self.list_fields[f"{lst}.{fld}"] = new("lf", f"{lst}_{fld}")
-                a.append(Arg(self.list_fields[f"{lst}.{fld}"], "list_field", (lst, fld)))
-        # params packed: one (P, G) matrix of the scalar ones, one (B, G, 4) array of the bands (two
-        # arguments to unbox per call, not one per param; the caller stacks them once per params dict)
-        scalars = tuple(ps.name for ps in ir.params if ps.kind != "band")
-        bands_p = tuple(ps.name for ps in ir.params if ps.kind == "band")
-        self.param_rows = {name: k for k, name in enumerate(scalars)}
-        self.param_band_rows = {name: k for k, name in enumerate(bands_p)}
-        if scalars:
-            a.append(Arg("params", "params", scalars, "nt.float64[:, ::1]"))
-        if bands_p:
-            a.append(Arg("param_bands", "params", bands_p, "nt.float64[:, :, ::1]"))
-        self.state_names = {name: new("st", name) for name, _ in ir.states}
-        a.append(Arg("state_in", "state"))
-        a.append(Arg("keep", "breakdown", numba_type="nt.boolean"))  # store terms and factors
-        # outputs, allocated by numpy (whose large arrays get transparent huge pages) and filled here
-        a += [Arg("out", "out"), Arg("terms", "out_terms", numba_type="nt.float64[:, ::1]"),
-              Arg("factors", "out_factors", numba_type="nt.float64[:, ::1]"),
-              Arg("skip", "out_skip", numba_type="nt.int64[::1]"),
-              Arg("gates", "out_gates", numba_type="nt.int64[:, ::1]"), Arg("metrics", "out_metrics")]
+        plan = plan_arguments(self.ir, self.namer, self.parallel)
+        self.args += plan.args
+        self.input_names, self.meta_names, self.band_names = plan.input_names, plan.meta_names, plan.band_names
+        self.list_offsets, self.list_sizes, self.list_fields = plan.list_offsets, plan.list_sizes, plan.list_fields
+        self.param_rows, self.param_band_rows = plan.param_rows, plan.param_band_rows
+        self.state_names = plan.state_names
 
     def signature(self) -> str:
         return "(" + ", ".join(a.numba_type for a in self.args) + ",)"

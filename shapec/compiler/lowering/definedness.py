@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from ..ir import Node
 from . import conditions
-from .emitter import post_order
+from ..ir import post_order
 
 FINITE, NUMBER, MAYBE = 2, 1, 0
 LOGIC_OPS = ("cmp", "and", "or")

@@ -7,7 +7,8 @@ before the first line that reads them), so no generated line reaches Python's pa
 from __future__ import annotations
 
 from ..ir import Node
-from .emitter import Scope, lit, post_order
+from ..ir import post_order
+from .emitter import Scope, lit
 from .names import ShapecInternalError
 
 SPILL_HEIGHT = 24  # deepest nesting of one emitted expression (at most 4 brackets a level; Python allows 200)

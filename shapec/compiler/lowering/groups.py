@@ -8,7 +8,9 @@ import ast
 import builtins
 import textwrap
 
-from .emitter import Emitter, Scope, steps_nodes, walk
+from ..arguments import breakdown_always
+from ..ir import steps_nodes, walk
+from .emitter import Emitter, Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import MANGLED, ShapecInternalError
 from .reductions import MUTATING_HELPERS
@@ -36,12 +38,6 @@ def _names(code: str) -> set[str]:
     stored, loaded = _names_by_context(code)
     return stored | loaded
 
-
-
-def breakdown_always(ir) -> bool:
-    """Whether a metric reads a term or factor: the kernel then always stores the breakdown."""
-    read = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op == "ref" and n.attr[0] == "var"}
-    return any(v in read for v in (*ir.terms, *ir.factors))
 
 
 class Groups:

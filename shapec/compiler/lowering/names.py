@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from ..ir import ShaperIR
+
 # kind -> what it names; a mangled name is the kind, its index in the module, then `_<suffix>`
 KINDS = {
     "in": "a rollout input", "v": "a let, gate or channel", "st": "a state",
@@ -73,3 +75,10 @@ class Namer:
         out = f"# {text}"
         self.comments.add(out)
         return out
+
+
+def kernel_names(ir: ShaperIR) -> tuple[str, str]:
+    """The names of a one-shaper module's kernel function and of its numba signature."""
+    namer = Namer()
+    stage = namer.new("s", ir.name)  # as lower_module (module.py) names its first stage
+    return namer.derived("kernel_", stage), namer.derived("SIG_", stage)

@@ -19,7 +19,8 @@ gate with gate codes, is not sunk.
 from __future__ import annotations
 
 from ..ir import CONST, Node, Step
-from .emitter import Scope, walk
+from ..ir import walk
+from .emitter import Scope
 from .statements import always
 
 

@@ -8,7 +8,7 @@ from ..ir import ShaperIR
 from .arguments import Arguments
 from .conditions import Conditions
 from .definedness import Definedness
-from .emitter import Arg
+from ..arguments import Arg
 from .expressions import Expressions
 from .groups import Groups
 from .names import Namer

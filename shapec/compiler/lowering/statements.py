@@ -5,7 +5,8 @@ the order runtime/interp.py runs them."""
 from __future__ import annotations
 
 from ..ir import CONST, GROUP, PARAM, Node, Step
-from .emitter import Scope, walk
+from ..ir import walk
+from .emitter import Scope
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
 
 

@@ -1,5 +1,6 @@
-"""Third red-team pass: arrays as trainers hand them over (torch tensors that require grad, numpy
-flags, masked arrays) and drop-in arguments that used to crash or pass garbage through."""
+"""Arrays as trainers hand them over (torch tensors that require grad, of any dtype, as offsets,
+flags, state and group keys; numpy flags, masked arrays) read as their values, and drop-in
+arguments that are not what they must be are named."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
 
 from shapec import compile_str
 from shapec.compat.miles import group_advantages, keep_groups, loss_tokens, shape_rewards
 from shapec.compat.nemo_rl import apply_group_length_penalties, apply_time_efficiency_reward
 from shapec.runtime.batch import BatchError
+from shapec.compat._groups import group_order
+from shapec.compat.short_rl import ShortRL
 from shapec.runtime.params import ParamError
+from shapec.runtime.shaper import StateError
 
-from .helpers import src
+from ..helpers import src
+from .require import need
+
+torch = need("torch", "trl")
 
 SPEC = src("""
     shaper s(n: int = 2) requires nonneg produces nonneg {
@@ -203,3 +209,44 @@ def test_a_bool_is_any_non_zero_number_in_inputs_metadata_and_list_items(backend
     assert general.rewards.tolist() == lane.rewards.tolist() == [211.0, 210.0]
     missing = shaper([0.0, 0.0], group_size=2, channels={"flag": [0, 0]}, metadata={"m": [None], "h": [None]})
     assert missing.rewards.tolist() == [0.0, 0.0]  # an absent bool stays missing: the term is not applied
+
+
+# ------------------------------------------------------------------ checkpoints and group keys
+
+STATEFUL = src("""
+    shaper t() produces real {
+      state best: float = 0 update max(best, batch.mean(reward))
+      term bonus = best
+    }
+""")
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_state_numbers_saved_as_0d_arrays_or_tensors_load_as_numbers(backend):
+    shaper = compile_str(STATEFUL, backend=backend).t
+    for value in (torch.tensor(0.5, requires_grad=True), np.array(0.5), torch.tensor(0.5, dtype=torch.bfloat16)):
+        shaper.load_state_dict({"t": {"best": value}})
+        assert shaper.state_dict() == {"t": {"best": 0.5}}
+        assert type(shaper.state_dict()["t"]["best"]) is float
+    for bad, shown in [(torch.tensor(True), "True"), (np.array([0.5]), r"array\(\[0\.5\]\)"),
+                       (torch.tensor(math.nan), "nan")]:
+        with pytest.raises(StateError, match=rf"^state t\.best: expected a finite number, got {shown}$"):
+            shaper.load_state_dict({"t": {"best": bad}})
+    assert shaper.state_dict() == {"t": {"best": 0.5}}
+
+
+def test_short_rl_loads_a_tensor_checkpoint():
+    shaper = ShortRL()
+    shaper.load_state_dict({"acc_max": torch.tensor(0.25)})
+    assert shaper.acc_max == 0.25
+
+
+def test_group_keys_are_groups_by_value_and_kind():
+    """A bool is not the prompt 1 (True == 1 in Python), numpy and torch scalars are their values (a
+    0-d array or tensor hashes by identity), and a NaN key, equal to nothing, is refused."""
+    order, offsets = group_order([True, 1, 1.0, np.int64(1), torch.tensor(1), np.array(1), "a", np.str_("a"), False])
+    assert offsets.tolist() == [0, 1, 6, 8, 9] and order.tolist() == [0, 1, 2, 3, 4, 5, 6, 7, 8]
+    with pytest.raises(ValueError, match=r"^group key of rollout 1 is NaN; a group key names one prompt group$"):
+        group_order(["a", float("nan"), "a"])
+    with pytest.raises(ValueError, match=r"^group key of rollout 0 is NaN"):
+        group_order([np.float32("nan")])

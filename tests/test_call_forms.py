@@ -1,8 +1,8 @@
-"""The fast lane (runtime/fastlane.py) is the general call path, only sooner: on arrays in kernel
-form, and on every variant of them a user may pass (wrong dtypes, lengths and layouts, bad
-values anywhere, unknown keys, other mapping types, rows instead of columns, per-group params),
-a shaper (or one-stage pipeline) with the lane gives bit for bit what the same shaper without it
-gives: the same rewards, breakdown, codes, metrics and state, or the same error."""
+"""Every form of a call a user may pass (arrays in kernel form, wrong dtypes, lengths and layouts,
+bad values anywhere, unknown keys, other mapping types, rows instead of columns, per-group params)
+gives bit for bit the same on the numba kernel as on the interpreter, and through the handle
+`prepare(params)` returns as through a call with `params=`: the same rewards, breakdown, codes,
+metrics and state, or the same error."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shapec
-from shapec.runtime import shaper as shaper_module
 
 from .test_differential import EVERY_CONSTRUCT
 
@@ -41,14 +40,11 @@ SPECS = {
 
 
 def pair(name: str):
-    """The same shaper twice: with its lane, and with the lane turned off."""
+    """The same shaper on the numba kernel and on the interpreter."""
     source, shaper = SPECS[name]
-    build = ((lambda: shapec.load("nemo_rl", backend="numba")[shaper]) if source is None
-             else (lambda: shapec.compile_str(source, f"{shaper}.shape", "numba")[shaper]))
-    fast, slow = build(), build()
-    assert fast._lane is not None
-    slow._lane = None
-    return fast, slow
+    build = ((lambda backend: shapec.load("nemo_rl", backend=backend)[shaper]) if source is None
+             else (lambda backend: shapec.compile_str(source, f"{shaper}.shape", backend)[shaper]))
+    return build("numba"), build("interpreter")
 
 
 @pytest.fixture(scope="module", params=list(SPECS))
@@ -218,10 +214,12 @@ def stage_params(ir, rng: np.random.Generator, G: int) -> dict | None:
     return out
 
 
-def outcome(shaper, call: dict, params, breakdown: bool):
+def outcome(shaper, call: dict, params, breakdown: bool, bound: bool = False):
+    """The call's result or its error; `bound`: through `prepare(params)`'s handle."""
     try:
+        shaper, given = (shaper.prepare(params), {}) if bound else (shaper, {"params": params})
         return shaper(call["rewards"], group_size=call.get("group_size"), offsets=call.get("offsets"),
-                      channels=call["channels"], metadata=call["metadata"], params=params, breakdown=breakdown)
+                      channels=call["channels"], metadata=call["metadata"], breakdown=breakdown, **given)
     except Exception as err:  # noqa: BLE001 - the error is part of what must agree
         return err
 
@@ -255,93 +253,110 @@ HOW = ["none", "none", "rewards", "rewards_form", "channel", "channel_form", "me
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32 - 1), G=st.integers(1, 5), k=st.integers(1, 4),
-       how=st.lists(st.sampled_from(HOW), min_size=1, max_size=3), breakdown=st.booleans())
-def test_the_lane_gives_what_the_general_path_gives(shapers, seed, G, k, how, breakdown):
-    _, (fast, slow) = shapers
+       how=st.lists(st.sampled_from(HOW), min_size=1, max_size=3), breakdown=st.booleans(), bound=st.booleans())
+def test_every_form_of_a_call_gives_the_same_on_both_backends(shapers, seed, G, k, how, breakdown, bound):
+    _, (kernel, interpreter) = shapers
     rng = np.random.default_rng(seed)
-    call = canonical(fast.stages[0][0], rng, G, k)
+    call = canonical(kernel.stages[0][0], rng, G, k)
     for h in how:
         call = perturb(call, rng, h)
-    params = params_for(fast, rng, G)
-    state = {s: {name: float(rng.integers(0, 3)) / 2 for name in v} for s, v in fast.state_dict().items()}
+    params = params_for(kernel, rng, G)
+    state = {s: {name: float(rng.integers(0, 3)) / 2 for name in v} for s, v in kernel.state_dict().items()}
     if state:
-        fast.load_state_dict(state)
-        slow.load_state_dict(state)
-    assert_same(outcome(fast, call, params, breakdown), outcome(slow, call, params, breakdown))
-    assert fast.state_dict() == slow.state_dict()
+        kernel.load_state_dict(state)
+        interpreter.load_state_dict(state)
+    assert_same(outcome(kernel, call, params, breakdown, bound), outcome(interpreter, call, params, breakdown, bound))
+    assert kernel.state_dict() == interpreter.state_dict()
 
 
-def test_the_lane_takes_canonical_arrays_and_steps_aside_for_other_forms(shapers, monkeypatch):
-    """Canonical arrays never reach batch.make_batch; a list, a row of dicts or a bad value does."""
-    _, (fast, _) = shapers
-    call = canonical(fast.stages[0][0], np.random.default_rng(3), 3, 4)
-    built = []
-    real = shaper_module.make_batch
-    monkeypatch.setattr(shaper_module, "make_batch", lambda *a, **kw: built.append(1) or real(*a, **kw))
-    outcome(fast, call, None, True)
-    assert built == []
-    listed = {**call, "rewards": call["rewards"].tolist()}
-    assert not isinstance(outcome(fast, listed, None, True), Exception)
-    assert built == [1]
-    bad = {**call, "rewards": np.where(call["rewards"] > 0, np.nan, 0.0)}
-    assert "rewards: NaN at index" in str(outcome(fast, bad, None, True))
-    assert built == [1, 1]
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), G=st.integers(1, 4), k=st.integers(1, 3), breakdown=st.booleans())
+def test_a_bound_handle_gives_what_a_call_with_its_params_gives(shapers, seed, G, k, breakdown):
+    _, (kernel, _) = shapers
+    rng = np.random.default_rng(seed)
+    call = canonical(kernel.stages[0][0], rng, G, k)
+    params = params_for(kernel, rng, G)
+    state = kernel.state_dict()
+    direct = outcome(kernel, call, params, breakdown)
+    if state:
+        kernel.load_state_dict(state)
+    handle = outcome(kernel, call, params, breakdown, bound=True)
+    if isinstance(direct, Exception) and isinstance(handle, Exception):
+        assert type(direct) is type(handle)  # which of a bad param and bad data is named first may differ
+    else:
+        assert_same(handle, direct)
 
 
-def test_the_lane_result_does_not_alias_the_callers_rewards(shapers):
-    _, (fast, _) = shapers
-    call = canonical(fast.stages[0][0], np.random.default_rng(4), 2, 3)
-    result = outcome(fast, call, None, True)
+def test_the_result_does_not_alias_the_callers_arrays(shapers):
+    _, (kernel, _) = shapers
+    call = canonical(kernel.stages[0][0], np.random.default_rng(4), 2, 3)
+    result = outcome(kernel, call, None, True)
     before = result.stages[0].reward_in.copy()
     call["rewards"][:] = 7.0
     assert result.stages[0].reward_in.tobytes() == before.tobytes()
     result.offsets[:] = 0  # the caller's own copy: the next call's groups are not changed by it
-    again = outcome(fast, {**call, "rewards": before}, None, True)
+    again = outcome(kernel, {**call, "rewards": before}, None, True)
     assert again.offsets.tolist() == list(range(0, 7, 3))
-
-
-def test_read_only_arrays_take_the_general_path_on_jit_kernels(monkeypatch):
-    """A JIT kernel handed a read-only array compiles a version its group function's signature refuses
-    (a TypingError, not a result): the lane leaves such arrays to the general path, which copies them."""
-    monkeypatch.setenv("SHAPEC_AOT", "0")
+def test_read_only_arrays_are_read_on_the_numba_kernel():
+    """A JIT kernel handed a read-only array would compile a version its group function's signature
+    refuses: the batch holds copies, so a caller's read-only arrays shape as writable ones do."""
     source = "shaper ro(w: float = 0.5) requires binary {\n  input x: tokens\n  meta cap: float\n" \
              "  gate right = reward > 0\n  term t = -w * float(x) / (cap ?? 10) on right\n  clamp >= 0\n}\n"
-    fast = shapec.compile_str(source, "ro.shape", "numba").ro
-    assert fast._lane is not None
+    kernel = shapec.compile_str(source, "ro.shape", "numba").ro
     rewards, x, cap = read_only(np.array([1.0, 0.0, 1.0, 1.0])), read_only(np.array([3.0, 4.0, 5.0, 0.0])), \
         read_only(np.array([20.0, np.nan]))
-    result = fast(rewards, group_size=2, channels={"x": x}, metadata={"cap": cap})
-    fast._lane = None
-    assert_same(result, fast(rewards, group_size=2, channels={"x": x}, metadata={"cap": cap}))
+    result = kernel(rewards, group_size=2, channels={"x": x}, metadata={"cap": cap})
+    assert_same(result, kernel(rewards.copy(), group_size=2, channels={"x": x.copy()}, metadata={"cap": cap.copy()}))
     assert result.rewards.tolist() == [0.925, 0.0, 0.75, 1.0]
 
 
-def test_one_params_dict_changed_in_place_between_calls_is_read_again(monkeypatch):
-    """The lane remembers the last call's param values by identity: a training loop that edits its
-    config dict in place (a schedule), to an equal value of another type, or to a zero of the other
-    sign, gets that call's rewards, not the remembered ones."""
-    spec = """shaper s(w: float = 0.5, n: int = 2) requires binary produces real {
+SIGNED = """shaper s(w: float = 0.5, n: int = 2) requires binary produces real {
   input length: tokens
   gate right = reward > 0
   term t = -w * float(length) / n on right
+  term inverse = clip(1 / w, -1, 1) on right
 }
 """
-    fast = shapec.compile_str(spec, "s.shape", "numba")["s"]
-    oracle = shapec.compile_str(spec, "s.shape", "interpreter")["s"]
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpreter"])
+def test_one_params_dict_changed_in_place_between_calls_is_read_again(backend):
+    """Params are remembered by value: a training loop that edits its config dict in place (a
+    schedule), to an equal value of another type, or to a zero of the other sign, gets that call's
+    rewards, not the remembered ones."""
+    shaper = shapec.compile_str(SIGNED, "s.shape", backend)["s"]
     rewards, length = np.array([1.0, 0.0, 1.0, 1.0]), np.array([3.0, 1.0, 0.0, 5.0])
-    calls = []
-    monkeypatch.setattr(fast._lane, "_remember_last", lambda *a, real=fast._lane._remember_last: (
-        calls.append(a[1]), real(*a))[1])
     params = {"w": 0.5, "n": 2}
-    for w, n in ((0.5, 2), (0.25, 2), (0.25, 4), (0.0, 4), (-0.0, 4), (0, 4), (False, 4), (1.0, 4), (1, 4)):
+    for w, n in ((0.5, 2), (0.25, 2), (0.25, 4), (0.0, 4), (-0.0, 4), (0, 4), (1.0, 4), (1, 4)):
         params["w"], params["n"] = w, n
+        fresh = shapec.compile_str(SIGNED, "s.shape", "interpreter")["s"]  # has seen no other params
         call = dict(group_size=2, channels={"length": length}, params=params)
-        try:
-            want = oracle(rewards, **call).terms["t"].tobytes()  # a term of 0 length carries w's sign
-        except Exception as err:
-            with pytest.raises(type(err)):
-                fast(rewards, **call)
-            continue
-        assert fast(rewards, **call).terms["t"].tobytes() == want, (w, n)
-        assert fast(rewards, **call).terms["t"].tobytes() == want, (w, n)  # the remembered arrays, by identity
-    assert len(calls) >= 8
+        want = fresh(rewards, **call)
+        for _ in range(2):  # the second call finds the params remembered
+            got = shaper(rewards, **call)
+            assert got.terms["t"].tobytes() == want.terms["t"].tobytes(), (w, n)  # a 0 length carries w's sign
+            assert got.terms["inverse"].tobytes() == want.terms["inverse"].tobytes(), (w, n)
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpreter"])
+@pytest.mark.parametrize("zero", [-0.0, np.float64(-0.0), np.float32(-0.0), np.float16(-0.0)],
+                         ids=["float", "float64", "float32", "float16"])
+def test_negative_zero_in_every_float_width_gets_its_own_params(backend, zero):
+    """`clip(1 / w, -1, 1)` is +1 at w = 0.0 and -1 at w = -0.0: a -0.0 of any width after a 0.0
+    (equal, and hashing alike) must not be served the 0.0's arrays."""
+    shaper = shapec.compile_str(SIGNED, "s.shape", backend)["s"]
+    call = dict(group_size=2, channels={"length": np.array([3.0, 1.0])})
+    assert shaper([1.0, 0.0], params={"w": 0.0}, **call).terms["inverse"].tolist() == [1.0, 0.0]
+    assert shaper([1.0, 0.0], params={"w": zero}, **call).terms["inverse"].tolist() == [-1.0, 0.0]
+    assert shaper([1.0, 0.0], params={"w": [zero]}, **call).terms["inverse"].tolist() == [-1.0, 0.0]  # per group
+    assert shaper([1.0, 0.0], params={"w": np.array([zero])}, **call).terms["inverse"].tolist() == [-1.0, 0.0]
+
+
+def test_the_params_a_shaper_remembers_are_bounded():
+    from shapec.runtime.shaper import BOUND_PARAMS
+
+    shaper = shapec.compile_str(SIGNED, "s.shape", "interpreter")["s"]
+    call = dict(group_size=2, channels={"length": np.array([3.0, 1.0])})
+    for k in range(BOUND_PARAMS + 10):  # a schedule: new params every step
+        assert shaper([1.0, 0.0], params={"w": 1.0 + k}, **call).terms["inverse"][0] == 1.0 / (1.0 + k)
+    assert len(shaper._bound) == BOUND_PARAMS

@@ -1,12 +1,12 @@
-"""Third red-team pass on the trainer adapters: groups that the trainer cannot mean are refused
-before anything is shaped, and errors name rows in the trainer's order, not the grouped one."""
+"""The trainer adapters, fed what trainers feed (torch tensors, OpenRLHF experiences, miles
+samples): groups that the trainer cannot mean are refused before anything is shaped, and errors
+name rows in the trainer's order, not the grouped one."""
 
 from __future__ import annotations
 
 import types
 
 import pytest
-import torch
 
 from shapec.compat import trl as trl_adapter
 from shapec.compat._groups import resolve_shaper, shape_by_group
@@ -14,7 +14,10 @@ from shapec.compat.miles import post_process_rewards
 from shapec.compat.openrlhf import length_penalty_hook
 from shapec.runtime.batch import BatchError
 
-from .test_trainer_adapters_miles import Sample, _args
+from ..test_trainer_adapters_miles import Sample, _args
+from .require import need
+
+torch = need("torch", "trl")
 
 
 @pytest.fixture(scope="module")

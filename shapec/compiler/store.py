@@ -1,0 +1,229 @@
+"""The kernel store: a shaper's IR (and the facts its params settle) -> a compiled numba kernel.
+
+Kernels are `@njit(cache=True)` functions in generated modules kept in the private cache folder
+(files.py), so numba's own on-disk cache holds the machine code beside them. A module is named by
+its *key*, a digest of everything that decides the code in it:
+
+- the checked IR of the shaper, as text (what the spec and every module it imports say, without
+  positions, comments or the file's name: the same spec loaded by another path shares its entry);
+- what shapec is: its version and a digest of its own sources (an edited lowering is a new key);
+- numba's version, Python's, and this machine's CPU (a shared home folder never hands one CPU's
+  machine code to another);
+- whether the kernel is parallel, and the facts its params settle (compiler/specialize.py).
+
+So a warm process works out the key, finds the module and imports it; numba then loads the machine
+code from its index. Nothing is lowered, parsed or compiled again. A compile that failed (a numba
+error: a shapec bug) is remembered in a `.failed` entry beside the module's name, and a later
+process with the same key raises at once with the remembered cause instead of trying again.
+
+A module that does not load (edited, damaged, or numba's index beside it unreadable) is purged
+and built again once in the same call; only a failure after that is a shapec bug.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import re
+import stat
+import sys
+import threading
+from pathlib import Path
+
+from .. import files
+from .ir import Node, ShaperIR, post_order
+from .lowering.names import ShapecInternalError, kernel_names
+
+FORMAT = 1  # of the key and the entries; a change makes every old entry unreachable
+_NAME_CHARS = 32  # of the shaper's name in a file name: enough to recognise it
+STATS = {"lowered": 0, "imported": 0}  # modules this process generated and imported (tests read it)
+
+
+@functools.cache
+def shapec_identity() -> str:
+    """shapec's version and the digest of its sources and grammar: the code that decides a kernel."""
+    from .. import __version__
+
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(f"{FORMAT}\0{__version__}".encode())
+    for path in sorted([*root.rglob("*.py"), *root.glob("grammar/*.lark")]):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@functools.cache
+def host_identity() -> str:
+    """numba's and Python's versions and this machine's CPU."""
+    text = f"{importlib.metadata.version('numba')}\0{sys.version}\0{platform.machine()}"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith(("model name", "flags", "Features", "CPU part")):
+                text += line
+            elif not line.strip():
+                break  # the first processor describes them all
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def ir_text(ir: ShaperIR) -> str:
+    """The checked IR as text: every field that decides the generated code, and nothing of where
+    the spec was read from (its text, its file name, the positions of nodes). Expressions are
+    written one node a line, children first, without recursion (a chain may be thousands deep)."""
+    numbers: dict[int, int] = {}
+    nodes: list[str] = []
+
+    def plain(value) -> str:
+        if isinstance(value, Node):
+            for n in post_order(value, lambda x: x.args, numbers):
+                numbers[id(n)] = len(nodes)
+                nodes.append(f"{n.op} {n.attr!r} {n.ty!r} {[numbers[id(a)] for a in n.args]}")
+            return f"#{numbers[id(value)]}"
+        if dataclasses.is_dataclass(value):
+            shown = (f for f in dataclasses.fields(value) if f.repr and f.name not in ("source", "filename"))
+            return f"{type(value).__name__}({', '.join(f'{f.name}={plain(getattr(value, f.name))}' for f in shown)})"
+        if isinstance(value, (tuple, list)):
+            return f"({', '.join(map(plain, value))})"
+        if isinstance(value, dict):
+            return f"{{{', '.join(f'{k!r}: {plain(v)}' for k, v in value.items())}}}"
+        return repr(value)
+
+    head = plain(ir)
+    return head + "\n" + "\n".join(nodes)
+
+
+def kernel_key(ir: ShaperIR, parallel: bool, facts: tuple) -> str:
+    parts = (str(FORMAT), shapec_identity(), host_identity(), ir_text(ir), repr(bool(parallel)), repr(facts))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def module_path(folder: Path, ir: ShaperIR, key: str) -> Path:
+    return folder / f"{re.sub(r'[^A-Za-z0-9_]', '_', ir.name[:_NAME_CHARS])}_{key[:32]}.py"
+
+
+def failed_path(module: Path) -> Path:
+    return module.with_suffix(".failed")
+
+
+_LOCK = threading.RLock()
+_LOADED: dict[str, object] = {}  # key -> the compiled kernel, for every shaper of this process
+
+
+def kernel(ir: ShaperIR, parallel: bool, facts: tuple, specialized: ShaperIR | None) -> object:
+    """The compiled kernel of `ir` for `facts` (lowered from `specialized`, its IR with the facts
+    folded in; None for the general kernel). A cache folder that cannot be written moves the
+    process to a private one (files.move_cache) and the kernel is built there."""
+    key = kernel_key(ir, parallel, facts)
+    with _LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        while True:
+            try:
+                folder = files.private_folder(files.cache_root() / "kernels")
+                files.private_folder(folder / "__pycache__")  # numba's index and Python's bytecode
+                fn = _load(module_path(folder, ir, key), ir, parallel, specialized)
+                break
+            except files.CacheError:
+                raise
+            except OSError as err:
+                files.move_cache(err)  # raises CacheError when already on the private folder
+        _LOADED[key] = fn
+        return fn
+
+
+def _load(path: Path, ir: ShaperIR, parallel: bool, specialized: ShaperIR | None):
+    failed = files.read_private(failed_path(path))
+    if failed is not None:
+        raise ShapecInternalError(
+            f"internal error: numba could not compile shaper {ir.name!r} from {ir.filename or '<string>'} in an "
+            f"earlier run (remembered in {failed_path(path)}; delete it to try again); this is a shapec bug, "
+            f"please report it. Use backend='interpreter' meanwhile. Cause: {failed.decode(errors='replace')}")
+    try:
+        return _import_kernel(path, ir, parallel, specialized)
+    except ShapecInternalError:
+        purge(path)  # damaged, edited, or numba's index unreadable: build it once more
+    try:
+        return _import_kernel(path, ir, parallel, specialized)
+    except ShapecInternalError as err:
+        cause = err.__cause__ or err
+        files.write_atomic(failed_path(path), f"{type(cause).__name__}: {cause}".encode())
+        raise
+
+
+def _import_kernel(path: Path, ir: ShaperIR, parallel: bool, specialized: ShaperIR | None):
+    _drop_untrusted(path)
+    body = files.read_private(path)
+    if body is None or not intact(body):
+        from .lowering.module import emit_python  # only on a miss: a warm process never imports the lowering
+
+        source = emit_python(ir, parallel, specialized)
+        STATS["lowered"] += 1
+        # a new entry is linked into place, so a process that wrote the same module first keeps its
+        # file (and numba's index of it, which records the file's time); a bad one is replaced
+        files.write_atomic(path, (header(source) + source).encode(), replace=path.exists())
+    name = f"shapec_kernels_{path.stem}"
+    entry, signature = kernel_names(ir)
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # numba's cache finds a kernel's module by name when it loads it
+        spec.loader.exec_module(module)
+        STATS["imported"] += 1
+        fn = getattr(module, entry)
+        fn.compile(getattr(module, signature))  # from numba's cache, or compiled into it
+    except BaseException as err:
+        sys.modules.pop(name, None)
+        if isinstance(err, (OSError, KeyboardInterrupt, SystemExit)):
+            raise
+        # numba typing or lowering, a damaged index: a shapec bug unless a rebuild mends it
+        raise ShapecInternalError(
+            f"internal error: numba could not compile shaper {ir.name!r} from {ir.filename or '<string>'} "
+            f"(generated module {path}); this is a shapec bug, please report it. Use backend='interpreter' "
+            f"meanwhile. Cause: {type(err).__name__}: {err}") from err
+    _make_private(path)
+    return fn
+
+
+def header(body: str) -> str:
+    return f"# shapec-sha256: {hashlib.sha256(body.encode()).hexdigest()}\n"
+
+
+def intact(data: bytes) -> bool:
+    """A module file whose first line is the digest of the rest (anything else is rebuilt)."""
+    first, _, body = data.partition(b"\n")
+    try:
+        return first.decode("ascii") == header(body.decode("utf-8")).rstrip("\n")
+    except UnicodeDecodeError:
+        return False
+
+
+def purge(path: Path) -> None:
+    """Delete a module and what Python and numba cached beside it."""
+    for victim in (path, *path.parent.glob(f"__pycache__/{path.stem}.*")):
+        with contextlib.suppress(FileNotFoundError):
+            victim.unlink()
+
+
+def _drop_untrusted(path: Path) -> None:
+    """Delete the module's numba index and machine code, or a module, that is not this user's
+    alone (a link, another owner, writable by others): never read, numba builds them again."""
+    for candidate in (path, *path.parent.glob(f"__pycache__/{path.stem}.*")):
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or files.why_not_private(st, "the file"):
+            candidate.unlink()
+
+
+def _make_private(path: Path) -> None:
+    """numba writes its index and machine code under the umask; inside a 0700 folder no one else
+    can reach them, and 0600 keeps them so if the folder is ever opened up."""
+    for written in path.parent.glob(f"__pycache__/{path.stem}.*"):
+        with contextlib.suppress(OSError):
+            if written.stat().st_mode & 0o077:
+                os.chmod(written, 0o600)
