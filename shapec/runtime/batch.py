@@ -1,8 +1,15 @@
-"""Struct-of-arrays batch: validated float64 arrays that both backends read.
+"""Struct-of-arrays batch: validated float64 arrays that both backends read, and the binder that
+makes them from whatever a caller passes.
 
-Everything the user hands over is checked here, once, by the validators of `validate.py`, with
-an error that names the field, the group or row and what was expected. A bad value anywhere fails
-the whole call (nothing is shaped), so it can never change another group's rewards.
+A `Binder` is planned once per compiled shaper (the inputs and metadata it reads, with their
+types) and turns each call's arguments into a Batch in two steps. First every argument is put in
+its array form (a list, a tensor, rows of dicts, another dtype), and a form that cannot be one
+is named at once. Then every value is checked, all arrays together: one numpy pass each for
+finiteness, signs, whole numbers and bands over the call's arrays joined end to end, so a small
+call costs a handful of numpy calls, not a handful per array. Only when a pass finds a bad value
+do the validators of `validate.py` run, array by array in argument order, and the first raises
+the error that names the field, the group or row and what was expected. A bad value anywhere
+fails the whole call (nothing is shaped), so it can never change another group's rewards.
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir import UNITS, MetaSpec, ShaperIR
-from .validate import (BatchError, as_array, band, band_table, check_offsets, finite,
-                       group_size_offsets, integers, numeric, show)
+from .validate import (BatchError, as_array, band, band_table, check_offsets, finite, group_size_offsets,
+                       integers, numeric, show)
 
-__all__ = ["Batch", "BatchError", "make_batch", "make_offsets", "band"]
+__all__ = ["Batch", "BatchError", "Binder", "make_batch", "make_offsets", "band"]
+
+NONNEG = (*UNITS, "components")  # the types whose values are >= 0
 
 
 @dataclass
@@ -74,19 +83,181 @@ def as_flags(arr: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(arr), math.nan, (arr != 0).astype(np.float64))
 
 
-def _checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
-    """Finite values (NaN allowed where it means missing), >= 0 for a unit, whole for an int, and a
-    bool as 0/1 (as_flags)."""
+def checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
+    """One array's values, on its own: finite (NaN allowed where it means missing), >= 0 for a unit,
+    whole for an int, and a bool as 0/1 (as_flags). The validator `Checks` falls back on to word
+    an error; a BatchError names the array and the first bad index."""
+    sign = typ if typ in NONNEG else None
     if allow_nan:
-        finite(name, np.where(np.isnan(arr), 0.0, arr), typ if typ in UNITS else None)
+        finite(name, np.where(np.isnan(arr), 0.0, arr), sign)
     else:
-        finite(name, arr, typ if typ in UNITS else None)
+        finite(name, arr, sign)
     if typ == "int" and len(arr):
         frac = ~np.isnan(arr) & (arr != np.floor(arr))
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
             raise BatchError(f"{name}: index {i}: expected an integer, got {arr[i]!r}")
     return as_flags(arr) if typ == "bool" else arr
+
+
+class Checks:
+    """The value checks of one call's arrays, run together (see the module's docstring). `add`
+    queues an array and returns its slot; `run` checks them all and returns each as the kernels
+    read it (a bool as 0/1 flags), in slot order; `add_bands` and `run_bands` do the same for band
+    tables. Each array is read once or twice by a numpy reduction, which allocates nothing."""
+
+    def __init__(self):
+        self.items: list[tuple[str, np.ndarray, str, bool]] = []
+        self.tables: list[tuple[str, np.ndarray]] = []
+
+    def add(self, name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> int:
+        self.items.append((name, arr, typ, allow_nan))
+        return len(self.items) - 1
+
+    def add_bands(self, name: str, table: np.ndarray) -> int:
+        """A (G, 3) or (G, 4) numeric band table; `run_bands` returns it as (G, 4) rows (a, b, f, present)."""
+        self.tables.append((name, table))
+        return len(self.tables) - 1
+
+    def run(self) -> list[np.ndarray]:
+        with np.errstate(all="ignore"):  # a sum of valid values may overflow: it only sends them to `checked`
+            valid = all(_valid(arr, typ, allow_nan) for _, arr, typ, allow_nan in self.items)
+        if not valid:
+            for name, arr, typ, allow_nan in self.items:  # the first bad one raises, naming itself
+                checked(name, arr, typ, allow_nan)
+        return [(as_flags(arr) if allow_nan else (arr != 0).astype(np.float64)) if typ == "bool" else arr
+                for _, arr, typ, allow_nan in self.items]
+
+    def run_bands(self) -> list[np.ndarray]:
+        """Every queued band table as (G, 4) rows, the valid ones from one pass over all of them;
+        when a row is bad, band_table checks each table alone and names the first bad one."""
+        if not self.tables:
+            return []
+        widths = {t.shape[1] for _, t in self.tables}
+        with np.errstate(all="ignore"):  # inf - inf in a bad row: worded below
+            parts = {width: _band_rows(self.tables, width) for width in widths}
+        if any(part is None for part in parts.values()):
+            return self._worded()
+        rows = parts.popitem()[1] if len(widths) == 1 else self._merged(parts)
+        views, at = [], 0
+        for _, t in self.tables:
+            views.append(rows[at:at + len(t)])
+            at += len(t)
+        return views
+
+    def _merged(self, parts: dict[int, np.ndarray]) -> np.ndarray:
+        """Rows of tables of both widths, back in the order the tables were queued."""
+        rows = np.empty((sum(len(t) for _, t in self.tables), 4))
+        at, taken = 0, {3: 0, 4: 0}
+        for _, t in self.tables:
+            w = t.shape[1]
+            rows[at:at + len(t)] = parts[w][taken[w]:taken[w] + len(t)]
+            at += len(t)
+            taken[w] += len(t)
+        return rows
+
+    def _worded(self) -> list[np.ndarray]:
+        return [band_table(name, t, len(t)) for name, t in self.tables]  # the first bad table raises
+
+
+def _band_rows(tables: list[tuple[str, np.ndarray]], width: int) -> np.ndarray | None:
+    """The tables of this width, end to end, as (a, b, f, present) rows, or None when a row is bad.
+    Three columns: three NaNs are an absent row; four: the last column says which, 0 or 1, and an
+    absent row's numbers become NaN. A present row has finite a < b and 0 <= f <= 1. Column by
+    column: numpy reduces along a row of three slowly."""
+    part = [t for _, t in tables if t.shape[1] == width]
+    part = part[0] if len(part) == 1 else np.concatenate(part)
+    a, b, f = part[:, 0], part[:, 1], part[:, 2]
+    if width == 3:
+        absent = np.isnan(a) & np.isnan(b) & np.isnan(f)
+    else:
+        flags = part[:, 3]
+        if not ((flags == 0) | (flags == 1)).all():
+            return None
+        absent = flags == 0
+    width_ = b - a
+    if not (absent | ((width_ > 0) & (width_ < math.inf) & (f >= 0) & (f <= 1))).all():
+        return None
+    rows = np.empty((len(part), 4))
+    rows[:, :3] = part[:, :3]
+    rows[:, 3] = ~absent
+    if width == 4:
+        rows[absent, :3] = math.nan
+    return rows
+
+
+def _valid(arr: np.ndarray, typ: str, allow_nan: bool) -> bool:
+    """Whether the array certainly passes `checked` (False: look closer), from reductions alone:
+    NaN and infinities carry through a sum and a minimum, and fmin and fmax pass over NaN."""
+    if not len(arr):
+        return True
+    if typ in NONNEG:
+        lo = np.fmin.reduce(arr) if allow_nan else np.minimum.reduce(arr)
+        ok = lo >= 0 and np.fmax.reduce(arr) < math.inf  # all NaN: lo is NaN, so a closer look
+    elif allow_nan:
+        ok = -math.inf < np.fmin.reduce(arr) and np.fmax.reduce(arr) < math.inf
+    else:
+        ok = math.isfinite(np.add.reduce(arr))
+    if ok and typ == "int":
+        ok = bool(np.array_equal(arr, np.floor(arr), equal_nan=True))
+    return bool(ok)
+
+
+class Binder:
+    """How one shaper's calls become Batches: the inputs and metadata it reads, planned once."""
+
+    def __init__(self, inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]):
+        self.inputs = inputs
+        self.input_names = [name for name, _ in inputs]
+        self.metas = metas
+        self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
+
+    def bind(self, rewards: Any, *, group_size: int | None = None, offsets: Any = None,
+             channels: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
+             reward_components: Any = None, allow_short_last_group: bool = False) -> Batch:
+        """Validate a call's arrays (see the module's docstring) and make its Batch."""
+        checks = Checks()
+        r = numeric("rewards", rewards)
+        checks.add("rewards", r, "float")
+        n = len(r)
+        off = self._group_offsets(n, group_size, offsets, allow_short_last_group)
+        G = len(off) - 1
+        channels = _mapping("channels", channels)
+        metadata = _mapping("metadata", metadata)
+        slots = self._channels(checks, channels, n)
+        comps = None
+        if reward_components is not None:
+            comps = checks.add("reward_components", numeric("reward_components", reward_components, n), "components")
+        batch = Batch(r, off)
+        later = [_load_meta(batch, checks, spec, metadata.get(spec.name), G) for spec in self.metas]
+        values = checks.run()
+        tables = checks.run_bands()
+        batch.inputs = {name: values[slot] for name, slot in slots}
+        if comps is not None:
+            batch.components = values[comps]
+        for fill in later:
+            fill(values, tables)
+        return batch
+
+    def _group_offsets(self, n: int, group_size: Any, offsets: Any, allow_short_last_group: bool) -> np.ndarray:
+        if offsets is None and type(group_size) is int and group_size > 0 and n % group_size == 0:
+            template = self._offsets.get((n, group_size))
+            if template is None:
+                template = self._offsets[n, group_size] = group_size_offsets(n, group_size)
+            return template.copy()  # the result hands its offsets to the caller
+        return make_offsets(n, group_size, offsets, allow_short_last_group)
+
+    def _channels(self, checks: Checks, channels: Mapping, n: int) -> list[tuple[str, int]]:
+        """Each input the shaper reads, from `channels`: n values of its type (a bool as 0/1)."""
+        slots = []
+        for name, typ in self.inputs:
+            if name not in channels:
+                extra = [k for k in channels if k not in self.input_names]
+                unknown = "".join(f"; got unknown channel {k!r}{_hint(k, self.input_names)}" for k in extra)
+                raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout){unknown}")
+            label = f"channels[{name!r}]"
+            slots.append((name, checks.add(label, numeric(label, channels[name], n), typ)))
+        return slots
 
 
 def make_batch(
@@ -102,38 +273,20 @@ def make_batch(
     metas_needed: tuple[MetaSpec, ...] = (),
     allow_short_last_group: bool = False,
 ) -> Batch:
-    """Validate and convert user arrays into a Batch for the given inputs and metadata."""
-    r = finite("rewards", numeric("rewards", rewards))
-    n = len(r)
-    off = make_offsets(n, group_size, offsets, allow_short_last_group)
-    G = len(off) - 1
-    channels = _mapping("channels", channels)
-    metadata = _mapping("metadata", metadata)
-    inputs_needed = inputs_needed or (ir.inputs if ir else ())
-    metas_needed = metas_needed or (ir.metas if ir else ())
-    inputs = channel_arrays(channels, inputs_needed, n)
-    comps = None
-    if reward_components is not None:
-        comps = finite("reward_components", numeric("reward_components", reward_components, n), "components")
-    batch = Batch(r, off, inputs, components=comps)
-    for spec in metas_needed:
-        _load_meta(batch, spec, metadata.get(spec.name), G)
-    return batch
+    """Validate and convert user arrays into a Batch for the given inputs and metadata (a shaper's,
+    when `ir` is given): a Binder planned for this one call."""
+    binder = Binder(inputs_needed or (ir.inputs if ir else ()), metas_needed or (ir.metas if ir else ()))
+    return binder.bind(rewards, group_size=group_size, offsets=offsets, channels=channels, metadata=metadata,
+                       reward_components=reward_components, allow_short_last_group=allow_short_last_group)
 
 
 def channel_arrays(channels: Mapping[str, Any], inputs_needed: tuple[tuple[str, str], ...], n: int
                    ) -> dict[str, np.ndarray]:
     """Each input a shaper reads, from `channels`: n values checked against its type (a bool as 0/1)."""
-    inputs: dict[str, np.ndarray] = {}
-    for name, typ in inputs_needed:
-        if name not in channels:
-            names = [k for k, _ in inputs_needed]
-            extra = [k for k in channels if k not in names]
-            unknown = "".join(f"; got unknown channel {k!r}{_hint(k, names)}" for k in extra)
-            raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout){unknown}")
-        label = f"channels[{name!r}]"
-        inputs[name] = _checked(label, numeric(label, channels[name], n), typ)
-    return inputs
+    checks = Checks()
+    slots = Binder(inputs_needed, ())._channels(checks, _mapping("channels", channels), n)
+    values = checks.run()
+    return {name: values[slot] for name, slot in slots}
 
 
 def _rows(name: str, value: Any, G: int) -> list:
@@ -156,17 +309,19 @@ def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | No
     return row
 
 
-def _load_meta(batch: Batch, spec: MetaSpec, value: Any, G: int) -> None:
-    name = f"metadata[{spec.name!r}]"
+# ------------------------------------------------------------------------- metadata
+# Each loader puts one metadata value in array form now, queues its values on the checks, and
+# returns what fills the batch once they have passed: fill(values, band tables).
+def _load_meta(batch: Batch, checks: Checks, spec: MetaSpec, value: Any, G: int):
     if spec.kind == "scalar":
-        _load_field(batch, spec.name, spec.type, value, G)
-    elif spec.kind == "record":
-        _load_record(batch, spec, name, value, G)
-    else:
-        _load_list(batch, spec, name, value, G)
+        return _load_field(batch, checks, spec.name, spec.type, value, G)
+    name = f"metadata[{spec.name!r}]"
+    if spec.kind == "record":
+        return _load_record(batch, checks, spec, name, value, G)
+    return _load_list(batch, checks, spec, name, value, G)
 
 
-def _load_record(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) -> None:
+def _load_record(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: Any, G: int):
     """A record: None, a mapping of field -> per-group column, or per-group rows (None or mappings)."""
     fields = [f for f, _ in spec.fields]
     rows = None
@@ -176,6 +331,7 @@ def _load_record(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) ->
                 raise BatchError(f"{name}: unknown field {key!r}{_hint(key, fields)}; fields: {fields}")
     elif value is not None:
         rows = [_row_mapping(name, g, row, fields) for g, row in enumerate(_rows(name, value, G))]
+    fills = []
     for fname, ftype in spec.fields:
         path = f"{spec.name}.{fname}"
         if rows is None:
@@ -187,37 +343,51 @@ def _load_record(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) ->
                     if row is not None and fname in row and row[fname] is None:
                         raise BatchError(f"metadata[{path!r}]: group {g}: null; a band key that is present "
                                          f"must hold a band {{a, b, f}} (leave the key out for no band)")
-        _load_field(batch, path, ftype, col, G)
+        fills.append(_load_field(batch, checks, path, ftype, col, G))
+
+    def fill(values, tables):
+        for each in fills:
+            each(values, tables)
+    return fill
 
 
-def _load_field(batch: Batch, path: str, typ: str, value: Any, G: int) -> None:
+def _load_field(batch: Batch, checks: Checks, path: str, typ: str, value: Any, G: int):
     name = f"metadata[{path!r}]"
     value = as_array(name, value)
     if typ == "band":
-        batch.bands[path] = _band_column(name, value, G)
-        return
+        return _band_column(batch, checks, path, name, value, G)
     if value is None:
         batch.metas[path] = np.full(G, math.nan)
-        return
+        return _nothing
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         arr = numeric(name, value, G, "group")
     else:
         column = _rows(name, value, G)
         arr = numeric(name, [math.nan if v is None else v for v in column], G, "group")
-    batch.metas[path] = _checked(name, arr, typ, allow_nan=True)  # NaN or None: missing for that group
+    slot = checks.add(name, arr, typ, allow_nan=True)  # NaN or None: missing for that group
+
+    def fill(values, tables):
+        batch.metas[path] = values[slot]
+    return fill
 
 
-def _band_column(name: str, value: Any, G: int) -> np.ndarray:
+def _band_column(batch: Batch, checks: Checks, path: str, name: str, value: Any, G: int):
     """Per-group bands -> (G, 4) rows (a, b, f, present); None entries are absent, others must be valid."""
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
-        return band_table(name, value, G)
+        if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
+            raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
+        slot = checks.add_bands(name, np.ascontiguousarray(value, dtype=np.float64))
+
+        def fill(values, tables):
+            batch.bands[path] = tables[slot]
+        return fill
     out = no_bands(G)
-    if value is None:
-        return out
-    for g, block in enumerate(_rows(name, value, G)):
-        if block is not None:
-            out[g] = (*band(f"{name}: group {g}", block), 1.0)
-    return out
+    if value is not None:
+        for g, block in enumerate(_rows(name, value, G)):
+            if block is not None:
+                out[g] = (*band(f"{name}: group {g}", block), 1.0)
+    batch.bands[path] = out
+    return _nothing
 
 
 def no_bands(G: int) -> np.ndarray:
@@ -227,12 +397,11 @@ def no_bands(G: int) -> np.ndarray:
     return out
 
 
-def _load_list(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) -> None:
+def _load_list(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: Any, G: int):
     """List metadata: per group a record of equal-length lists, or {"offsets": ..., field: values}."""
     fields = [f for f, _ in spec.fields]
     if isinstance(value, Mapping):
-        _load_flat_list(batch, spec, name, value, G)
-        return
+        return _load_flat_list(batch, checks, spec, name, value, G)
     rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
                                              for g, row in enumerate(_rows(name, value, G))]
     lengths, cols = [], {f: [] for f in fields}
@@ -241,7 +410,7 @@ def _load_list(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) -> N
         if any(v is None for v in lists):
             lengths.append(0)  # absent or partial: the group has no items
             continue
-        arrays = [_checked(f"{name}: group {g}, {f}", numeric(f"{name}: group {g}, {f}", v, None, "item"), t)
+        arrays = [checked(f"{name}: group {g}, {f}", numeric(f"{name}: group {g}, {f}", v, None, "item"), t)
                   for (f, t), v in zip(spec.fields, lists)]
         k = min(len(a) for a in arrays)  # zip semantics: the shortest list decides
         lengths.append(k)
@@ -250,9 +419,10 @@ def _load_list(batch: Batch, spec: MetaSpec, name: str, value: Any, G: int) -> N
     off = np.zeros(G + 1, dtype=np.int64)
     off[1:] = np.cumsum(lengths)
     batch.lists[spec.name] = (off, {f: np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields})
+    return _nothing
 
 
-def _load_flat_list(batch: Batch, spec: MetaSpec, name: str, value: Mapping, G: int) -> None:
+def _load_flat_list(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: Mapping, G: int):
     """{"offsets": (G+1,) integers, field: values, ...}: every field as long as the offsets say."""
     fields = [f for f, _ in spec.fields]
     expected = ["offsets", *fields]
@@ -267,11 +437,20 @@ def _load_flat_list(batch: Batch, spec: MetaSpec, name: str, value: Mapping, G: 
     if len(off) != G + 1:
         raise BatchError(f"{name}.offsets: expected {G + 1} values (groups + 1), got {len(off)}")
     columns = {}
-    for f, t in spec.fields:
+    for f, _ in spec.fields:
         label = f"{name}.{f}"
-        columns[f] = _checked(label, numeric(label, value[f], None, "item"), t)
+        columns[f] = numeric(label, value[f], None, "item")
     total = len(columns[fields[0]])
     for f in fields[1:]:
         if len(columns[f]) != total:
             raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(columns[f])}")
-    batch.lists[spec.name] = (check_offsets(f"{name}.offsets", off, total, f"{fields[0]!r} items"), columns)
+    off = check_offsets(f"{name}.offsets", off, total, f"{fields[0]!r} items")
+    slots = {f: checks.add(f"{name}.{f}", columns[f], t) for f, t in spec.fields}
+
+    def fill(values, tables):
+        batch.lists[spec.name] = (off, {f: values[slot] for f, slot in slots.items()})
+    return fill
+
+
+def _nothing(values, tables) -> None:
+    """The fill of metadata that needed no check (absent, or checked as it was read)."""

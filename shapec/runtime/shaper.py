@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ..compiler.ir import PipelineIR, ShaperIR
-from .batch import Batch, make_batch
+from .batch import Batch, Binder
 from .interp import Interpreter, StageOutput
 from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve
 from .validate import BatchError, as_array, is_finite_number, numeric, show
@@ -184,9 +184,9 @@ class CompiledShaper:
         self._state = {s.name: {n: v for n, v in s.states} for s, _ in self.stages}
         # stateless shapers stay lock-free: only a read-compute-write of state needs one
         self._lock = threading.Lock() if any(s.states for s, _ in self.stages) else nullcontext()
-        # the inputs and metadata every call validates, worked out once: a training loop calls this every step
-        self._inputs = tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items())
-        self._metas = tuple({m.name: m for s, _ in self.stages for m in s.metas}.values())
+        # the inputs and metadata every call validates, planned once: a training loop calls this every step
+        self._binder = Binder(tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items()),
+                              tuple({m.name: m for s, _ in self.stages for m in s.metas}.values()))
         self._warned: set[str] = set()
         self._bound: dict[tuple, Bound] = {}  # params_key -> Bound, the oldest dropped past BOUND_PARAMS
         self._bound_lock = threading.Lock()
@@ -331,11 +331,9 @@ class CompiledShaper:
 
     def _batch(self, rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
                allow_short_last_group) -> Batch:
-        batch = make_batch(
-            None, rewards, group_size=group_size, offsets=offsets, channels=channels, metadata=metadata,
-            reward_components=reward_components, inputs_needed=self._inputs, metas_needed=self._metas,
-            allow_short_last_group=allow_short_last_group,
-        )
+        batch = self._binder.bind(rewards, group_size=group_size, offsets=offsets, channels=channels,
+                                  metadata=metadata, reward_components=reward_components,
+                                  allow_short_last_group=allow_short_last_group)
         if env_rewards is None:
             batch.env_rewards = batch.rewards.copy()
         else:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..compiler.ir import UNITS
 
-_F64 = np.dtype(np.float64)
+_F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
 _INT64_MAX = np.iinfo(np.int64).max
 class BatchError(ValueError):
     """Bad input data: names the field, the first bad index and what was expected."""
@@ -51,6 +51,8 @@ def as_array(name: str, value: Any) -> Any:
     and a masked array with a masked entry refused; anything else as it is. numpy reads a CPU
     tensor itself, but raises on one that requires grad, lives on a GPU or is bfloat16, and it
     reads a masked entry's hidden value as if it were data."""
+    if type(value) is np.ndarray:  # the common case: a plain array is what it holds
+        return value
     masked = sys.modules.get("numpy.ma")  # numpy imports it on first use: until then no value is masked
     if masked is not None and isinstance(value, masked.MaskedArray):
         if masked.is_masked(value):
@@ -138,6 +140,8 @@ def finite(name: str, arr: np.ndarray, nonneg: str | None = None) -> np.ndarray:
 
 def integers(name: str, value: Any) -> np.ndarray:
     """A 1-d int64 array from integers only: floats (even 2.0), bools, strings and huge ints are errors."""
+    if type(value) is np.ndarray and value.dtype == _I64 and value.ndim == 1:
+        return value.copy()  # the common case, without the checks below
     if isinstance(value, (str, bytes, Mapping)) or value is None:
         raise BatchError(f"{name}: expected a 1-d array of integers, got {type(value).__name__}")
     value = as_array(name, value)
@@ -170,7 +174,7 @@ def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards")
     if off[0] != 0 or off[-1] != total:
         raise BatchError(f"{name}: must start at 0 and end at {total} (the number of {what}), "
                          f"got {off[0]}..{off[-1]}")
-    back = np.diff(off) < 0
+    back = off[1:] < off[:-1]
     if back.any():
         i = _first(back) + 1
         raise BatchError(f"{name}: must be non-decreasing; index {i} goes back ({off[i - 1]} -> {off[i]})")
