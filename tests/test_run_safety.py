@@ -155,7 +155,7 @@ def test_a_killed_run_leaves_the_previous_output(tmp_path, spec, sig):
     out, old, _ = _previous(tmp_path, spec)
     data = _big_input(tmp_path / "big.jsonl", 60_000)
     proc = subprocess.Popen([sys.executable, "-m", "shapec.cli", "run", str(spec), "--data", str(data), "--out",
-                             str(out), "--chunk-rows", "200", "--backend", "interpreter"],
+                             str(out), "--chunk-rows", "40", "--backend", "interpreter"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while not leftovers(tmp_path) and time.time() < deadline and proc.poll() is None:

@@ -98,7 +98,7 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
         )
         return rows, result
 
-    good = np.setdiff1d(np.arange(G), np.fromiter(reasons, np.int64, len(reasons)))
+    good = _without(np.arange(G), reasons)
     if errors:
         _refuse_batch_reads(shaper, plan, ex, good, str(errors[min(errors)]))
     try:
@@ -112,11 +112,16 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
             bad.append(g)
         if not bad:
             raise ToolError(f"rows {chunk.base + 1}..{chunk.base + len(chunk.block)}: {err}") from None
-        good = np.setdiff1d(good, bad)
+        good = _without(good, bad)
         _refuse_batch_reads(shaper, plan, ex, good, reasons[bad[0]].removeprefix("in a group with a bad row: "))
         rows, result = run(good) if len(good) else (np.zeros(0, np.int64), None)
     rejected = [(i, own.get(i, reasons[g])) for g in sorted(reasons) for i in range(int(off[g]), int(off[g + 1]))]
     return ChunkOutcome(rows, result, rejected, ex.channels)
+
+
+def _without(groups: np.ndarray, dropped) -> np.ndarray:
+    """The groups (ascending) that are not among `dropped`, still ascending."""
+    return groups[~np.isin(groups, np.fromiter(dropped, np.int64, len(dropped)))] if len(dropped) else groups
 
 
 UNUSABLE = (BatchError, ParamError, OverflowError)  # OverflowError: metadata past a float's range
@@ -239,10 +244,10 @@ def skip_counts(result) -> dict[str, int]:
     for st in result.stages:
         mine = st.skipped & ~taken
         taken |= mine
-        for code, count in zip(*np.unique(st.skip_codes[mine], return_counts=True)):
+        for code, count in enumerate(np.bincount(st.skip_codes[mine], minlength=len(st.skip_reasons)).tolist()):
             reason = st.skip_reasons[code]
-            if reason:
-                counts[reason] = counts.get(reason, 0) + int(count)
+            if reason and count:
+                counts[reason] = counts.get(reason, 0) + count
     return counts
 
 
