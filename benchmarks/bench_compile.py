@@ -15,6 +15,10 @@ turn off: compiler/specialize.py). Then `nemo_rl:length_penalty` again with one 
   the modules and numba's index written;
 - warm: the same command again on the folder its cold run filled (median of --warm-runs).
 
+`--together` instead times one process compiling every shaper and pipeline of every stdlib module
+for its default params, in an empty cache folder (TOGETHER: it uses only `shapec.load`, `names`,
+`stages` and `prepare`, so it runs unchanged on earlier shapecs too, for a comparison).
+
 Then the counter-example for the compile target: the hand-written numba kernel of bench_limit
 (benchmarks/hand_nemo_rl.py: the eight NeMo-RL algorithms, bit-identical to `length_penalty`)
 compiled cold in a fresh process and an empty NUMBA_CACHE_DIR, with the same numba, on the same
@@ -161,6 +165,17 @@ def path_independence() -> tuple[float, float, list[str]]:
         return relative.seconds, absolute.seconds, problems
 
 
+TOGETHER = """
+import shapec
+from pathlib import Path
+for path in sorted((Path(shapec.__file__).parent / "stdlib").glob("*.shape")):
+    m = shapec.load(path.stem)
+    for n in m.names():
+        s = m[n]
+        s.prepare({st.name: {} for st, _ in s.stages} if s.is_pipeline else {})
+"""
+
+
 HAND_CODE = """
 import sys; sys.path.insert(0, "benchmarks")
 import numpy as np, bench_limit as bl, hand_nemo_rl as hand, shapec
@@ -210,12 +225,23 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     parser.add_argument("--repeat", type=int, default=1, help="cold runs per module (fresh folder each)")
     parser.add_argument("--warm-runs", type=int, default=3, help="warm runs per module (median)")
+    parser.add_argument("--together", action="store_true",
+                        help="only: every stdlib module compiled cold in one process (--repeat times)")
     parser.add_argument("--no-paths", action="store_true",
                         help="skip the path-independence check (two cold nemo_rl loads)")
     args = parser.parse_args()
     others = sorted(p.stem for p in STDLIB.glob("*.shape") if p.stem != "nemo_rl")
     modules = args.modules or (list(QUICK) if args.quick else ["nemo_rl", *others])
     start = time.perf_counter()
+    if args.together:
+        LOADS.clear()
+        times = []
+        for _ in range(args.repeat):
+            with tempfile.TemporaryDirectory(prefix="bench-compile-together-") as tmp:
+                times.append(run(TOGETHER, child_env(Path(tmp))).seconds)
+        print(f"every stdlib module compiled cold in one process: {seconds(times)} s "
+              f"(load {min(LOADS):.2f}-{max(LOADS):.2f})")
+        return
     print(f"bench_compile: Python {sys.version.split()[0]}, numba {version('numba')}, shapec "
           f"{shapec.__version__}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start")
     print(f"process baselines (median of 3): python -c 'import shapec' {baseline('import shapec'):.2f} s, "

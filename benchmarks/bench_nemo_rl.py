@@ -20,6 +20,7 @@ import time
 import numpy as np
 
 from shapec.compat import nemo_rl
+from shapec.compat._nemo_gym_rows import group_metadata
 
 CONFIG = {
     "default": {
@@ -208,7 +209,7 @@ def main() -> None:
     channels = {"reasoning": np.array([len(r) for r, _ in texts], dtype=np.float64),
                 "answer": np.array([len(a) for _, a in texts], dtype=np.float64),
                 "low_effort": np.zeros(n)}
-    metadata = nemo_rl._group_metadata(results, range(0, n, args.size))
+    metadata = group_metadata(results, range(0, n, args.size))
     shaper_params = {k: v for k, v in params.items() if k != "length_type"}
     rewards = np.array(original)
 
