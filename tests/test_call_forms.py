@@ -1,8 +1,8 @@
 """Every form of a call a user may pass (arrays in kernel form, wrong dtypes, lengths and layouts,
 bad values anywhere, unknown keys, other mapping types, rows instead of columns, per-group params)
-gives bit for bit the same on the numba kernel as on the interpreter, and through the handle
-`prepare(params)` returns as through a call with `params=`: the same rewards, breakdown, codes,
-metrics and state, or the same error."""
+gives the same on the numba kernel as on the interpreter (codes and errors exactly, numbers to the
+differential suites' 1e-12), and through the handle `prepare(params)` returns bit for bit what a
+call with `params=` gives: the same rewards, breakdown, codes, metrics and state, or the same error."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import shapec
 
-from .test_differential import EVERY_CONSTRUCT
+from .test_differential import EVERY_CONSTRUCT, TOL
 
 UNREAD = """
 shaper unread(w: float = 0.5, n_max: int >= 1 = 3) requires binary {
@@ -224,16 +224,22 @@ def outcome(shaper, call: dict, params, breakdown: bool, bound: bool = False):
         return err
 
 
-def same(a, b, what: str) -> None:
+def same(a, b, what: str, exact: bool = True) -> None:
+    """Bit for bit; or, between the backends (`exact=False`), to the differential suites' 1e-12:
+    exp, log and cos may differ in the last bit (numba calls the C library, numpy its own SIMD)."""
     a, b = np.asarray(a), np.asarray(b)
-    assert a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes(), what
+    assert a.dtype == b.dtype and a.shape == b.shape, what
+    if exact:
+        assert a.tobytes() == b.tobytes(), what
+    else:
+        np.testing.assert_allclose(a, b, rtol=TOL, atol=TOL, equal_nan=True, err_msg=what)
 
 
-def assert_same(a, b) -> None:
+def assert_same(a, b, exact: bool = True) -> None:
     if isinstance(a, Exception) or isinstance(b, Exception):
         assert type(a) is type(b) and str(a) == str(b), (a, b)
         return
-    same(a.rewards, b.rewards, "rewards")
+    same(a.rewards, b.rewards, "rewards", exact)
     same(a.offsets, b.offsets, "offsets")
     assert len(a.stages) == len(b.stages) == 1
     sa, sb = a.stages[0], b.stages[0]
@@ -243,9 +249,9 @@ def assert_same(a, b) -> None:
         da, db = getattr(sa, what), getattr(sb, what)
         assert list(da) == list(db), what
         for k in da:
-            same(da[k], db[k], f"{what}[{k}]")
+            same(da[k], db[k], f"{what}[{k}]", exact or what == "gate_codes")
     assert list(sa.metrics) == list(sb.metrics)
-    same(list(sa.metrics.values()), list(sb.metrics.values()), "metrics")
+    same(list(sa.metrics.values()), list(sb.metrics.values()), "metrics", exact)
 
 
 HOW = ["none", "none", "rewards", "rewards_form", "channel", "channel_form", "meta", "meta", "group", "mappings"]
@@ -265,7 +271,8 @@ def test_every_form_of_a_call_gives_the_same_on_both_backends(shapers, seed, G, 
     if state:
         kernel.load_state_dict(state)
         interpreter.load_state_dict(state)
-    assert_same(outcome(kernel, call, params, breakdown, bound), outcome(interpreter, call, params, breakdown, bound))
+    assert_same(outcome(kernel, call, params, breakdown, bound), outcome(interpreter, call, params, breakdown, bound),
+                exact=False)
     assert kernel.state_dict() == interpreter.state_dict()
 
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shapec.compiler.check_common import BOOL, NUM
-from shapec.compiler.ir import GROUP, ROLLOUT, Node, Type
+from shapec.ir.nodes import GROUP, ROLLOUT, Node, Type
 from shapec.compiler.lowering import numba_helpers
 from shapec.compiler.lowering.conditions import Conditions
 from shapec.compiler.lowering.emitter import Scope

@@ -236,7 +236,7 @@ def _definedness_trees():
     """Random expressions over an input (never missing), metadata (maybe missing) and literals,
     with the arithmetic, logic, conditionals, fallbacks and `missing` the analysis reasons about."""
     from shapec.compiler.check_common import BOOL, NUM
-    from shapec.compiler.ir import ROLLOUT, Node, Type
+    from shapec.ir.nodes import ROLLOUT, Node, Type
 
     from .test_conditions import LEAVES
 

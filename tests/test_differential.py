@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import shapec
-from shapec.compiler.ir import PipelineIR
+from shapec.ir.nodes import PipelineIR
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC_FILES = sorted(ROOT.glob("shapec/stdlib/*.shape")) + sorted(ROOT.glob("examples/**/*.shape"))

@@ -1,4 +1,4 @@
-"""The numba helpers as plain Python (no numba): each agrees with the interpreter's rule it restates."""
+"""The numba helpers as plain Python (no numba): each agrees with the value rule it restates (ir/values.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from shapec.compiler.lowering import numba_helpers as h
 from shapec.compiler.lowering.helper_source import HELPER_FUNCTIONS, HELPERS
-from shapec.runtime import interp
+from shapec.ir import values as rules
 
 NAN = math.nan
 TRUTH = (0.0, 1.0, NAN)
@@ -30,12 +30,12 @@ def same(a, b) -> bool:
 
 def test_three_valued_logic_matches_the_interpreter():
     for a, b in itertools.product(TRUTH, TRUTH):
-        assert same(h.k_and(a, b), float(interp.k_and(np.float64(a), np.float64(b))))
-        assert same(h.k_or(a, b), float(interp.k_or(np.float64(a), np.float64(b))))
+        assert same(h.k_and(a, b), float(rules.k_and(np.float64(a), np.float64(b))))
+        assert same(h.k_or(a, b), float(rules.k_or(np.float64(a), np.float64(b))))
     ops = ("==", "!=", "<", "<=", ">", ">=")
     for a, b in itertools.product(NUMBERS, NUMBERS):
         for code, op in enumerate(ops):
-            assert same(h.k_cmp(code, a, b), float(interp.k_cmp(op, np.float64(a), np.float64(b)))), (op, a, b)
+            assert same(h.k_cmp(code, a, b), float(rules.k_cmp(op, np.float64(a), np.float64(b)))), (op, a, b)
     assert (h.k_flag(True), h.k_flag(False)) == (1.0, 0.0)
 
 
@@ -59,7 +59,7 @@ def test_log_and_sqrt_are_missing_outside_their_domain():
 def test_band_matches_the_interpreters_band_multiplier():
     bands = [(1.0, 3.0, 0.5, 1.0), (1.0, 3.0, 0.5, 0.0), (3.0, 1.0, 0.5, 1.0), (NAN, 3.0, 0.5, 1.0), (0.0, 4.0, 0.0, 1.0)]
     for (a, b, f, present), x in itertools.product(bands, (-1.0, 0.0, 1.0, 2.0, 3.0, 9.0)):
-        want = interp.band_multiplier(*(np.array([v]) for v in (x, a, b, f, present)))[0]  # arrays, as it runs
+        want = rules.band_multiplier(*(np.array([v]) for v in (x, a, b, f, present)))[0]  # arrays, as it runs
         assert same(h.k_band(x, a, b, f, present), want), (a, b, f, present, x)
 
 
@@ -73,7 +73,7 @@ def test_k_at_names_the_rollout_the_general_loop_matches():
 def test_buffer_utilities():
     buf = np.array([3.0, NAN, 1.0])
     assert h.k_usable(buf, 1) and not h.k_usable(buf, 2) and not h.k_usable(buf, 0)
-    assert h.k_seq_sum(np.array([0.1, 0.2, 0.3, 9.0]), 3) == interp.seq_sum([0.1, 0.2, 0.3])
+    assert h.k_seq_sum(np.array([0.1, 0.2, 0.3, 9.0]), 3) == rules.seq_sum([0.1, 0.2, 0.3])
     for values in SELECTIONS:
         buf = np.array([*values, -99.0])  # a scratch buffer is longer than its selection
         h.k_sort(buf, len(values))
@@ -90,7 +90,7 @@ def test_reductions_match_reduce_values(op):
         k = len(values)
         buf = np.array([*values, 7.0])
         ibuf = np.arange(10, 11 + k)  # indices in the group: argmin and argmax report these
-        got, want = fn(buf, ibuf, k, 0.0), interp.reduce_values(op, np.array(values), ())
+        got, want = fn(buf, ibuf, k, 0.0), rules.reduce_values(op, np.array(values), ())
         if op in ("argmin", "argmax") and not math.isnan(want):
             want = float(ibuf[int(want)])
         assert same(got, want) if op != "std" else same(got, want) or got == pytest.approx(want), (op, values)
@@ -104,7 +104,7 @@ def test_order_statistics_on_a_sorted_selection_match_reduce_values(op, extras):
         s = np.array([*values, 7.0])
         h.k_sort(s, k)
         got = fn(s, np.empty(k + 1), k, extra)
-        assert same(got, interp.reduce_values(op, np.array(values), (extra,))), (op, values, extra)
+        assert same(got, rules.reduce_values(op, np.array(values), (extra,))), (op, values, extra)
 
 
 def test_pow_is_np_power_with_nan_for_a_negative_base_and_a_fractional_exponent():

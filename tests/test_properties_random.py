@@ -66,7 +66,7 @@ def decided_spec(rng: random.Random):
     """The first generated spec the checker accepts and the static pass decides a clause of."""
     from shapec.analysis.properties import goals
     from shapec.analysis.static import decide
-    from shapec.compiler.ir import Ensure
+    from shapec.ir.nodes import Ensure
 
     for _ in range(200):
         try:

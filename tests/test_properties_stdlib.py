@@ -12,7 +12,7 @@ from shapec.analysis.prove import analyse, decide
 from shapec.analysis.properties import Goal
 from shapec.analysis.report import set_args, write_counterexample
 from shapec.analysis.search import search
-from shapec.compiler.ir import Ensure
+from shapec.ir.nodes import Ensure
 
 STDLIB = Path(shapec.__file__).parent / "stdlib"
 

@@ -12,7 +12,7 @@ import pytest
 
 import shapec
 from shapec.cli import main
-from shapec.compiler.ir import BATCH
+from shapec.ir.nodes import BATCH
 from shapec.runtime.batch_reach import first_batch_read
 from shapec.runtime.params import param_arrays
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.ir import ParamSpec, ShaperIR
+from ..ir.nodes import ParamSpec, ShaperIR
 
 ROUND = {
     "tokens": (0, 1, 10, 100, 200, 1000, 5000), "chars": (0, 1, 10, 100, 1000, 5000),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..compiler.ir import BATCH, PARAM, POISON, Ensure
+from ..ir.nodes import BATCH, PARAM, POISON, Ensure
 from ..syntax import ast as A
 
 PROPERTIES = ("order_kept", "all_wrong_unchanged", "within", "shorter_not_worse")

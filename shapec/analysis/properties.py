@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..compiler.ir import Ensure, ShaperIR
+from ..ir.nodes import Ensure, ShaperIR
 from .clause import title
 
 TOL = 1e-9

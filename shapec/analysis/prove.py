@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..compiler.ir import Node, PipelineIR, ShaperIR, Type
+from ..ir.nodes import Node, PipelineIR, ShaperIR, Type
 from . import static
 from .properties import Goal, goals
 from .search import Found, SearchStats, breaking_values, evaluate, search

@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..compiler.ir import PipelineIR, ShaperIR
+from ..ir.nodes import PipelineIR, ShaperIR
 from ..syntax.source import Diagnostic, Span
 from .codes import REFUTED_ERROR, REFUTED_WARNING
 from .prove import Verdict

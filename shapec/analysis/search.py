@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..compiler.ir import ROLLOUT, Ensure, ShaperIR, Type
+from ..ir.nodes import ROLLOUT, Ensure, ShaperIR, Type
 from ..runtime.batch import BatchError, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import ParamError, param_arrays

@@ -15,8 +15,8 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ..compiler.intervals import arith, bounds_call
-from ..compiler.ir import ROLLOUT, UNITS, Ensure, Node, ShaperIR
+from ..ir.intervals import arith, bounds_call
+from ..ir.nodes import ROLLOUT, UNITS, Ensure, Node, ShaperIR
 
 INF = math.inf
 FULL = (-INF, INF)

@@ -15,7 +15,7 @@ import math
 
 import z3
 
-from ..compiler.ir import ROLLOUT, Ensure, Node, ShaperIR, Type
+from ..ir.nodes import ROLLOUT, Ensure, Node, ShaperIR, Type
 from .static import Bounds
 
 TIMEOUT_MS = 8000

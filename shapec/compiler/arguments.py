@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ir import ShaperIR, steps_nodes, walk
+from ..ir.nodes import ShaperIR, steps_nodes, walk
 from .lowering.names import Namer
 
 

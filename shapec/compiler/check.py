@@ -15,8 +15,8 @@ from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
 from .check_common import BAD, MAX_EXACT_INT, finite_const, suggest
 from .imports import bound_name
-from .ir import LEVEL_NAMES, POISON, Node, ParamSpec, PipelineIR, ShaperIR
-from .ir_depth import deep_expressions
+from ..ir.nodes import LEVEL_NAMES, POISON, Node, ParamSpec, PipelineIR, ShaperIR
+from ..ir.depth import deep_expressions
 from .ordering import stage_order
 from .statements import ShaperChecker
 from .typing_pass import REDUCTIONS

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 
 from ..syntax import ast as A
-from .ir import Node
+from ..ir.nodes import Node
 
 NUM, BOOL = "num", "bool"
 INF = math.inf

@@ -19,8 +19,8 @@ import math
 from typing import TYPE_CHECKING
 
 from .check_common import memoised
-from .intervals import arith
-from .ir import UNITS, Node
+from ..ir.intervals import arith
+from ..ir.nodes import UNITS, Node
 
 BOOL = "bool"  # the checker's element kind of booleans (check_common.BOOL)
 

@@ -8,8 +8,8 @@ import math
 from ..syntax import ast as A
 from . import contracts as C
 from .check_common import BOOL, INF, memoised
-from .intervals import arith, bounds_call
-from .ir import UNITS, Node
+from ..ir.intervals import arith, bounds_call
+from ..ir.nodes import UNITS, Node
 
 # reductions whose value is one of, or between, the values reduced
 SELECTING = frozenset({"min", "max", "mean", "median", "quantile", "nth_largest"})

@@ -37,9 +37,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..runtime.interp import k_and, k_cmp, k_or
-from .ir import PARAM, Node, ShaperIR, Step
-from .ir import post_order, steps_nodes, walk
+from ..ir.values import k_and, k_cmp, k_or
+from ..ir.nodes import PARAM, Node, ShaperIR, Step
+from ..ir.nodes import post_order, steps_nodes, walk
 
 UNKNOWN = None  # a fact the params do not settle: the code stays general there
 

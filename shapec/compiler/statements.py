@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
 from .check_common import BAD, BOOL, NUM, Binding, finite_const
-from .ir import BATCH, GROUP, PARAM, POISON, ROLLOUT, Node, ParamSpec, ShaperIR, Step, Type
+from ..ir.nodes import BATCH, GROUP, PARAM, POISON, ROLLOUT, Node, ParamSpec, ShaperIR, Step, Type
 from .ordering import CONTRACTS, OrderingPass
 from .scopes import ScopesPass
 from .typing_pass import TypesPass

@@ -37,7 +37,7 @@ import threading
 from pathlib import Path
 
 from .. import files
-from .ir import Node, ShaperIR, post_order
+from ..ir.nodes import Node, ShaperIR, post_order
 from .lowering.names import ShapecInternalError, kernel_names
 
 FORMAT = 1  # of the key and the entries; a change makes every old entry unreachable

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..syntax import ast as A
 from ..syntax.source import Span
 from .check_common import BAD, BOOL, NUM, finite_const, suggest
-from .ir import BATCH, CONST, GROUP, POISON, ROLLOUT, UNITS, MetaSpec, Node, Type
+from ..ir.nodes import BATCH, CONST, GROUP, POISON, ROLLOUT, UNITS, MetaSpec, Node, Type
 
 REDUCTIONS = {
     # name: (needs bool arg, result kind, keeps unit, may be missing, extra args, rollout-valued)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.ir import UNITS, MetaSpec, ShaperIR
+from ..ir.nodes import UNITS, MetaSpec, ShaperIR
 from .validate import (BatchError, as_array, band, band_table, check_offsets, finite, group_size_offsets,
                        integers, numeric, show)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compiler.ir import BATCH, PARAM, Node, ShaperIR
-from .interp import k_and, k_cmp, k_or
+from ..ir.nodes import BATCH, PARAM, Node, ShaperIR
+from ..ir.values import k_and, k_cmp, k_or
 
 
 def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None:

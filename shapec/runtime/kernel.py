@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..compiler import store
-from ..compiler.ir import ShaperIR
+from ..ir.nodes import ShaperIR
 from ..compiler.arguments import Arg, breakdown_always, plan_arguments
 from ..compiler.lowering.names import Namer
 from ..compiler.specialize import UNKNOWN, Facts, specialize

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..compiler.ir import ParamSpec, ShaperIR
+from ..ir.nodes import ParamSpec, ShaperIR
 from .validate import as_array, is_finite_number, show
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.ir import PipelineIR, ShaperIR
+from ..ir.nodes import PipelineIR, ShaperIR
 from .batch import Batch, Binder
 from .interp import Interpreter, StageOutput
 from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve

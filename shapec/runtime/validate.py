@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.ir import UNITS
+from ..ir.nodes import UNITS
 
 _F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
 _INT64_MAX = np.iinfo(np.int64).max

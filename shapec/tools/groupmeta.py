@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.ir import UNITS
+from ..ir.nodes import UNITS
 from .readers import ArrowBlock
 
 

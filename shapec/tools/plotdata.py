@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..compiler.ir import UNITS, Node, ShaperIR
+from ..ir.nodes import UNITS, Node, ShaperIR
 from .explain import describe_gate, fmt_number, gate_verdicts
 from .spec import ToolError, stage_irs
 from .trace import gate_operands, trace

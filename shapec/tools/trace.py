@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compiler.ir import GROUP, PARAM, Node, ShaperIR, Type
+from ..ir.nodes import GROUP, PARAM, Node, ShaperIR, Type
 from ..runtime.batch import Batch, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import param_arrays

@@ -4,7 +4,7 @@ each let or gate lives (a scalar, a row per group, a scratch array per rollout o
 from __future__ import annotations
 
 from ..arguments import plan_arguments
-from ..ir import GROUP, PARAM, ROLLOUT, Node, Step
+from ...ir.nodes import GROUP, PARAM, ROLLOUT, Node, Step
 from .emitter import Emitter
 
 

@@ -20,7 +20,7 @@ condition deeper than MAX_HEIGHT (so a long mixed chain still spills into tempor
 
 from __future__ import annotations
 
-from ..ir import Node
+from ...ir.nodes import Node
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()

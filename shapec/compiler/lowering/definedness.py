@@ -26,9 +26,9 @@ level of their expression (they are ordered, so one pass in source order sees ev
 
 from __future__ import annotations
 
-from ..ir import Node
+from ...ir.nodes import Node
 from . import conditions
-from ..ir import post_order
+from ...ir.nodes import post_order
 
 FINITE, NUMBER, MAYBE = 2, 1, 0
 LOGIC_OPS = ("cmp", "and", "or")

@@ -6,8 +6,8 @@ before the first line that reads them), so no generated line reaches Python's pa
 
 from __future__ import annotations
 
-from ..ir import Node
-from ..ir import post_order
+from ...ir.nodes import Node
+from ...ir.nodes import post_order
 from .emitter import Scope, lit
 from .names import ShapecInternalError
 

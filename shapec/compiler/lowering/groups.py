@@ -9,7 +9,7 @@ import builtins
 import textwrap
 
 from ..arguments import breakdown_always
-from ..ir import steps_nodes, walk
+from ...ir.nodes import steps_nodes, walk
 from .emitter import Emitter, Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import MANGLED, ShapecInternalError

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ..ir import PipelineIR, ShaperIR
+from ...ir.nodes import PipelineIR, ShaperIR
 from .emitter import Emitter
 from .helper_source import used_helpers
 from .names import Namer

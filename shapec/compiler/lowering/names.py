@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..ir import ShaperIR
+from ...ir.nodes import ShaperIR
 
 # kind -> what it names; a mangled name is the kind, its index in the module, then `_<suffix>`
 KINDS = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ..ir import Node
+from ...ir.nodes import Node
 from .emitter import Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import ShapecInternalError

@@ -18,8 +18,8 @@ gate with gate codes, is not sunk.
 
 from __future__ import annotations
 
-from ..ir import CONST, Node, Step
-from ..ir import walk
+from ...ir.nodes import CONST, Node, Step
+from ...ir.nodes import walk
 from .emitter import Scope
 from .statements import always
 

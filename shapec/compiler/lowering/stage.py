@@ -4,7 +4,7 @@ groups), which share its state."""
 
 from __future__ import annotations
 
-from ..ir import ShaperIR
+from ...ir.nodes import ShaperIR
 from .arguments import Arguments
 from .conditions import Conditions
 from .definedness import Definedness

@@ -4,8 +4,8 @@ the order runtime/interp.py runs them."""
 
 from __future__ import annotations
 
-from ..ir import CONST, GROUP, PARAM, Node, Step
-from ..ir import walk
+from ...ir.nodes import CONST, GROUP, PARAM, Node, Step
+from ...ir.nodes import walk
 from .emitter import Scope
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
 

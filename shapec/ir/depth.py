@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..syntax.depth import MAX_EXPR_DEPTH
 from ..syntax.source import Diagnostic
-from .ir import Node, ShaperIR
+from .nodes import Node, ShaperIR
 
 
 def deep_expressions(ir: ShaperIR) -> list[Diagnostic]:
