@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from shapec.compat import nemo_rl
-from shapec.compat._nemo_gym_rows import group_metadata
+from shapec.run.nemo_gym_rows import group_metadata
 
 CONFIG = {
     "default": {

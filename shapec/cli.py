@@ -18,7 +18,7 @@ from .tools.commands import UsageError, add_commands, number, shape_files
 
 def _spec_files(specs: list[str]) -> list[Path]:
     """Files and directories as given; any other word is a stdlib module name (a typo is a usage error)."""
-    from .tools.spec import ToolError, is_path, stdlib_path
+    from .run.spec import ToolError, is_path, stdlib_path
 
     files: list[Path] = []
     for spec in specs:
@@ -30,7 +30,7 @@ def _spec_files(specs: list[str]) -> list[Path]:
 
 
 def cmd_check(args) -> int:
-    from .analysis.checking import check_files, cmd_prove
+    from .tools.checking import check_files, cmd_prove
 
     files = _spec_files(args.paths)
     if args.prove:
@@ -49,7 +49,7 @@ def cmd_check(args) -> int:
 def cmd_compile(args) -> int:
     """Print the generated kernel module of one shaper or pipeline (or of each, without --shaper)."""
     from .api import compile_file
-    from .tools.spec import ToolError, spec_path
+    from .run.spec import ToolError, spec_path
 
     try:
         path = spec_path(args.file)
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .syntax.source import ShapeError
-    from .tools.spec import ToolError
+    from .run.spec import ToolError
 
     parser = build_parser()
     try:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ToolError) as err:  # a numeric option out of range (commands.number)
         print(f"shapec: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1
-    from .tools.atomic import Interrupted, sigterm_as_interrupt
+    from .run.atomic import Interrupted, sigterm_as_interrupt
 
     try:
         with sigterm_as_interrupt():

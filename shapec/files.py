@@ -4,7 +4,7 @@ Every file is first written under a temporary name in its destination's own fold
 `mkstemp` (O_CREAT | O_EXCL, mode 0600: a file or link another user planted at that name is never
 opened, followed or reused), and renamed over the destination only once complete, so a reader sees
 the old file or the new one, never half of one. `temporary_beside` is that one helper: the
-output files of `shapec run` and `fmt` (tools/atomic.py) and every cache file take their temporary
+output files of `shapec run` and `fmt` (run/atomic.py) and every cache file take their temporary
 name from it.
 
 The cache (compiled kernels, the grammar's parse tables) lives in SHAPEC_CACHE_DIR, else

@@ -3,7 +3,7 @@
 import pytest
 
 from shapec import check_source
-from shapec.compiler.errors import CODES
+from shapec.checker.codes import CODES
 
 from .helpers import assert_error, assert_ok, codes, src
 

@@ -159,7 +159,7 @@ def _plan(tmp_path, text):
 
     import shapec
     from shapec.tools.config import build_plan
-    from shapec.tools.spec import ToolError
+    from shapec.run.spec import ToolError
 
     path = tmp_path / "cfg.yaml"
     path.write_text(text)
@@ -192,7 +192,7 @@ def _miles_plan_errors(tmp_path, text) -> tuple[list[str], Path]:
 
     import shapec
     from shapec.tools.config import build_plan, module_keys
-    from shapec.tools.spec import ToolError
+    from shapec.run.spec import ToolError
 
     module = shapec.load("miles", backend="interpreter")
     path = tmp_path / "cfg.yaml"

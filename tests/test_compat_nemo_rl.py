@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 from pydantic import ValidationError
 
-from shapec.compat import _nemo_gym_rows
+from shapec.run import nemo_gym_rows as _nemo_gym_rows
 from shapec.compat.nemo_rl import (
     LengthPenaltyConfig,
     apply_group_length_penalties,

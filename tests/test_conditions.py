@@ -15,7 +15,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapec.compiler.check_common import BOOL, NUM
+from shapec.checker.shared import BOOL, NUM
 from shapec.ir.nodes import GROUP, ROLLOUT, Node, Type
 from shapec.compiler.lowering import numba_helpers
 from shapec.compiler.lowering.conditions import Conditions

@@ -235,7 +235,7 @@ def test_values_the_analysis_calls_defined_are_never_missing(key, sizes, seed, p
 def _definedness_trees():
     """Random expressions over an input (never missing), metadata (maybe missing) and literals,
     with the arithmetic, logic, conditionals, fallbacks and `missing` the analysis reasons about."""
-    from shapec.compiler.check_common import BOOL, NUM
+    from shapec.checker.shared import BOOL, NUM
     from shapec.ir.nodes import ROLLOUT, Node, Type
 
     from .test_conditions import LEAVES

@@ -12,8 +12,8 @@ from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.token import Error
 
 import shapec
-from shapec.compiler.errors import CODES
-from shapec.tools import docgen
+from shapec.checker.codes import CODES
+from shapec import docgen
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -23,7 +23,7 @@ OWN_PAGES = ("index.md", "tutorial-nemo-rl.md", "writing-a-shaper.md", "cli.md")
 @pytest.mark.parametrize("page", sorted(docgen.PAGES))
 def test_generated_pages_are_up_to_date(page):
     expected = docgen.PAGES[page]()
-    assert (DOCS / page).read_text() == expected, f"run `python -m shapec.tools.docgen` to refresh docs/{page}"
+    assert (DOCS / page).read_text() == expected, f"run `python -m shapec.docgen` to refresh docs/{page}"
 
 
 def test_error_reference_lists_every_code():

@@ -6,9 +6,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shapec import check_source
-from shapec.analysis.codes import PROPERTY_CODES
-from shapec.compiler.errors import CODES
-from shapec.compiler.imports import newlines
+from shapec.checker.codes import CODES, PROPERTY_CODES
+from shapec.checker.imports import newlines
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = [p.read_text() for p in sorted(ROOT.glob("shapec/stdlib/*.shape")) + sorted(ROOT.glob("examples/*.shape"))]

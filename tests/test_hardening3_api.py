@@ -72,10 +72,10 @@ def test_a_pickled_shaper_unpickles_in_a_process_that_cannot_see_its_imports(tmp
 
 def test_a_pickle_without_imports_still_reads_them_from_disk(tmp_path):
     """A pickle made before imports travelled with it (six arguments) unpickles as it did."""
-    from shapec.api import _rebuild
+    from shapec.runtime.shaper import _rebuilt
 
     path = _tree(tmp_path)
-    shaper = _rebuild(path.read_text(), str(path), "top", "interpreter", {}, False)
+    shaper = _rebuilt(path.read_text(), str(path), "top", "interpreter", {}, False)
     assert shaper([0.0], group_size=1).rewards.tolist() == [3.0]
 
 

@@ -12,8 +12,8 @@ from shapec.cli import main
 from shapec.tools.config import build_plan
 from shapec.tools.plot import caption, plot
 from shapec.tools.plotdata import GRID
-from shapec.tools.rundata import FlatLayout, Grouping
-from shapec.tools.spec import ToolError, pick_shaper
+from shapec.run.rundata import FlatLayout, Grouping
+from shapec.run.spec import ToolError, pick_shaper
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples" / "data"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from shapec import cli
-from shapec.analysis.codes import PROPERTY_CODES
+from shapec.checker.codes import PROPERTY_CODES
 
 from .helpers import assert_error, assert_ok, position
 

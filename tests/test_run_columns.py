@@ -13,12 +13,12 @@ import pytest
 
 import shapec
 from shapec.runtime.batch import BatchError, make_batch
-from shapec.tools import rundata
+from shapec.run import rundata
 from shapec.tools.config import build_plan
-from shapec.tools.groupmeta import arrow_meta
-from shapec.tools.grouping import Grouping, _python_runs, iter_chunks, key_runs
-from shapec.tools.layouts import FlatLayout
-from shapec.tools.readers import ArrowBlock, RowsBlock
+from shapec.run.groupmeta import arrow_meta
+from shapec.run.grouping import Grouping, _python_runs, iter_chunks, key_runs
+from shapec.run.layouts import FlatLayout
+from shapec.run.readers import ArrowBlock, RowsBlock
 
 from .test_run_safety import counts, run
 

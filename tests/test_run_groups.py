@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import shapec
-from shapec.tools.grouping import Grouping, iter_chunks
-from shapec.tools.readers import RowsBlock
-from shapec.tools.spec import ToolError
+from shapec.run.grouping import Grouping, iter_chunks
+from shapec.run.readers import RowsBlock
+from shapec.run.spec import ToolError
 
 from .test_run_safety import SPEC, counts, rows_of, run, write_jsonl
 

@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shapec.cli import main
 from shapec import files
-from shapec.tools import atomic, rundata, writers
+from shapec.run import atomic, rundata, writers
 
 SPEC = ("shaper longest(p: float = 0.25) requires binary produces nonneg {\n"
         "  input length: tokens\n  gate right = reward > 0\n"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir.nodes import Ensure, ShaperIR
-from .clause import title
+from ..checker.ensure import title
 
 TOL = 1e-9
 MEANING = {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..ir.nodes import PipelineIR, ShaperIR
 from ..syntax.source import Diagnostic, Span
-from .codes import REFUTED_ERROR, REFUTED_WARNING
+from ..checker.codes import REFUTED_ERROR, REFUTED_WARNING
 from .prove import Verdict
 
 TIME_EFFICIENCY_ADVICE = ("the time-efficiency document: \"the continuous term is divided by the group's reward "

@@ -8,79 +8,18 @@ reads the results into arrays; the reward and every metric come from the compile
 
 from __future__ import annotations
 
-import difflib
 import math
 import warnings
-from typing import Annotated, Any, Literal, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
 
 from ..runtime.validate import BatchError, as_array, flag, show
+from ..run.nemo_gym_rows import has_run_time, rollout_calls, rollout_seconds
+from ..run.nemo_rl_config import TimeEfficiencyConfig, warn_unknown_keys
 from ._stdlib import stdlib_shaper
 
 PREFIX = "time_efficiency/"
-
-
-class TimeEfficiencyConfig(BaseModel, extra="allow"):
-    """`grpo.time_efficiency`: disabled by default; unknown keys are kept, as in NeMo-RL."""
-
-    enabled: bool = False
-    # per minute of openhands_run_time: a 60-minute rollout costs 1.0
-    lambda_time: float = 1.0 / 60.0
-    # "all" charges failures too; "correct" only resolved rollouts with a nonzero reward
-    apply_to: Literal["all", "correct"] = "all"
-    # saturating per-tool-call bonus, off at 0
-    lambda_call_bonus: Annotated[float, Field(ge=0.0)] = 0.0
-    # tool calls at which the bonus saturates; required and > 0 when the bonus is on
-    call_bonus_ref: float | None = None
-    # the adjusted reward is lifted to floor when it falls strictly below it
-    floor: float | None = None
-
-    @model_validator(mode="after")
-    def _check_call_bonus_ref(self) -> "TimeEfficiencyConfig":
-        if self.lambda_call_bonus > 0 and not (self.call_bonus_ref is not None and self.call_bonus_ref > 0):
-            raise ValueError(
-                "grpo.time_efficiency.call_bonus_ref must be a positive number of tool calls when "
-                "lambda_call_bonus > 0")
-        return self
-
-
-def _warn_unknown_keys(config: TimeEfficiencyConfig) -> None:
-    """NeMo-RL keeps and ignores unknown keys of this block; a typo then silently changes nothing, so warn."""
-    known = list(TimeEfficiencyConfig.model_fields)
-    for key in config.model_extra or {}:
-        close = difflib.get_close_matches(str(key), known, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
-        warnings.warn(f"grpo.time_efficiency: unknown key {key!r} ignored{hint}", stacklevel=3)
-
-
-def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
-    """`openhands_run_time` clipped at 0; missing, None or non-numeric counts 0 (numeric strings parse)."""
-    seconds = result["full_result"].get("openhands_run_time")
-    try:
-        value = max(float(seconds), 0.0)
-    except OverflowError:  # an integer past float range: as infinite as NeMo-RL's float() can't say
-        value = math.inf if seconds > 0 else 0.0
-    except (TypeError, ValueError):
-        return 0.0
-    if not math.isfinite(value):
-        # NeMo-RL would write a NaN or -inf reward here; refuse instead
-        raise ValueError(f"results[{index}].full_result.openhands_run_time is {show(seconds)}; expected a finite number")
-    return value
-
-
-def has_run_time(result: Mapping[str, Any]) -> bool:
-    """Whether `openhands_run_time` is there and reads as a number (else the row is charged 0)."""
-    try:
-        float(result["full_result"].get("openhands_run_time"))
-    except OverflowError:
-        return True
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
 _WARNED_MISSING: list[bool] = []  # warn once per process: a training loop calls this every step
 
 
@@ -110,15 +49,6 @@ def charged_reward(full: Mapping[str, Any], index: int) -> float:
     return reward
 
 
-def rollout_calls(result: Mapping[str, Any]) -> int:
-    """The number of `function_call` items in `full_result.response.output` (0 without a list)."""
-    response = result["full_result"].get("response") or {}
-    output = response.get("output") if isinstance(response, Mapping) else None
-    if not isinstance(output, list):
-        return 0
-    return sum(1 for item in output if isinstance(item, dict) and item.get("type") == "function_call")
-
-
 def apply_time_efficiency_reward(
     results: Sequence[dict[str, Any]],
     config: TimeEfficiencyConfig | Mapping[str, Any] | None,
@@ -137,7 +67,7 @@ def apply_time_efficiency_reward(
     if isinstance(config, Mapping):
         config = TimeEfficiencyConfig.model_validate(config)
     if config is not None:
-        _warn_unknown_keys(config)
+        warn_unknown_keys(config)
     if config is None or not config.enabled or not results:
         return {}
     n = len(results)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from pathlib import Path
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from collections.abc import Mapping  # isinstance against typing.Mapping is several times slower
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import PipelineIR, ShaperIR
+from .helptext import documented
 from .batch import Batch, Binder
 from .interp import Interpreter, StageOutput
 from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve
@@ -175,7 +177,7 @@ class CompiledShaper:
 
     def __init__(self, ir: ShaperIR | PipelineIR, backend: str, parallel: bool = False, imports=None):
         self.ir = ir
-        self._imports = imports or {}  # the specs it imports, as its loader read them (api.pickled_imports)
+        self._imports = imports or {}  # the specs it imports, as its loader read them (for its pickle)
         self.backend = backend
         self.parallel = parallel and backend == "numba"
         self.stages: list[tuple[ShaperIR, dict[str, Any]]] = (
@@ -209,10 +211,8 @@ class CompiledShaper:
         return f"<shapec {kind} {self.name!r} ({self.backend}{', parallel' if self.parallel else ''})>"
 
     def __reduce__(self):
-        from ..api import _rebuild, pickled_imports
-
-        return (_rebuild, (self.ir.source, self.ir.filename, self.name, self.backend, self.state_dict(),
-                           self.parallel, pickled_imports(self._imports)))
+        return (_rebuilt, (self.ir.source, self.ir.filename, self.name, self.backend, self.state_dict(),
+                           self.parallel, _pickled_imports(self._imports)))
 
     # ------------------------------------------------------------ params and state
     @property
@@ -408,3 +408,28 @@ class BoundShaper:
 
     def __repr__(self) -> str:
         return f"<bound {self.shaper!r}>"
+
+
+def compiled_shaper(ir: ShaperIR | PipelineIR, backend: str, parallel: bool = False, imports=None) -> CompiledShaper:
+    """A compiled shaper whose `help()` shows the spec's docstring, params, inputs and metrics."""
+    return documented(CompiledShaper, ir)(ir, backend, parallel, imports)
+
+
+def _pickled_imports(imports: Mapping) -> tuple:
+    """A shaper's imports as plain values (key, shown, real, root, text), for its pickle."""
+    return tuple((key, str(t.shown), str(t.real), str(t.root), t.text) for key, t in imports.items())
+
+
+def _rebuilt(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False,
+             imports: tuple = ()) -> CompiledShaper:
+    """Unpickle a compiled shaper: check it again from the pickled text of its spec and of every spec
+    it imports, never from the files (the kernel cache makes this cheap)."""
+    from ..checker.imports import Target
+    from ..checker.loader import Loader
+
+    pickled = {key: Target(Path(shown), Path(real), Path(root), text) for key, shown, real, root, text in imports}
+    loader = Loader(pickled)
+    checked = loader.source(source, filename, Path(filename).parent)
+    shaper = compiled_shaper({**checked.shapers, **checked.pipelines}[name], backend, parallel, loader.imports)
+    shaper.load_state_dict(state)
+    return shaper

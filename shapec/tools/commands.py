@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from ..paths import not_a_file, path_kind, printable
-from .spec import ToolError
+from ..run.spec import ToolError
 
 
 class UsageError(Exception):
@@ -177,7 +177,7 @@ def _need_file(path: str | None, what: str) -> Path | None:
 def _reads(args, data: Path | None, module=None) -> list[tuple[Path, str]]:
     """The files a command reads, which no output of it may be under any name: the spec, the specs
     it imports (once the module is loaded), the config and the data."""
-    from .spec import spec_path
+    from ..run.spec import spec_path
 
     files = [(spec_path(args.spec), "the spec file")]
     files += [(path, "a spec the spec imports") for path in (module.imported_files() if module else ())]
@@ -188,7 +188,7 @@ def _reads(args, data: Path | None, module=None) -> list[tuple[Path, str]]:
 def _setup(args):
     """Module, shaper and param plan from the common arguments."""
     from .config import build_plan, module_keys
-    from .spec import load_module, pick_shaper
+    from ..run.spec import load_module, pick_shaper
 
     _need_file(args.config, "--config")
     module = load_module(args.spec, args.backend, args.parallel)
@@ -200,7 +200,7 @@ def _setup(args):
 def _layout_and_grouping(args, plan, allow_short_last: bool = True):
     """The row layout and the grouping; `allow_short_last` is off for `run`, where a group size
     that does not divide the rows is an error unless --allow-short-last-group says otherwise."""
-    from .rundata import FlatLayout, Grouping, NemoGymLayout
+    from ..run.rundata import FlatLayout, Grouping, NemoGymLayout
 
     agent_key = (args.agent_by or ("agent_ref.name" if args.layout == "nemo-gym" else "agent")) \
         if plan.uses_agents else None
@@ -239,8 +239,8 @@ def _load_tokenizer(name: str):
 def cmd_run(args) -> int:
     """Exit status 2 with one `cannot write` line when an output cannot be written, 130 on Ctrl-C
     and 143 on SIGTERM; in every failure the previous output and rejects files stay as they were."""
-    from .atomic import Interrupted, OutputError, sigterm_as_interrupt
-    from .rundata import format_report, run_file
+    from ..run.atomic import Interrupted, OutputError, sigterm_as_interrupt
+    from ..run.rundata import format_report, run_file
 
     data = _need_file(args.data, "--data")
     try:
@@ -249,7 +249,7 @@ def cmd_run(args) -> int:
             layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)
             engine = None
             if args.engine == "ray":
-                from .ray_engine import shape_chunks as engine
+                from ..run.ray_engine import shape_chunks as engine
             report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
                               args.on_bad_row, progress=not args.no_progress, engine=engine,
                               breakdown=args.breakdown, reads=tuple(_reads(args, None, module)))
@@ -276,7 +276,7 @@ def cmd_explain(args) -> int:
 
 def cmd_plot(args) -> int:
     """An image that cannot be written is `shapec plot: cannot write OUT: REASON`, exit status 2, as in run."""
-    from .atomic import OutputError, refuse_overwriting
+    from ..run.atomic import OutputError, refuse_overwriting
     from .plot import plot
 
     data = _need_file(args.data, "--data")

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 from ..paths import printable
 from ..runtime.params import ParamError, validate_params
-from .spec import ToolError, stage_irs
+from ..run.spec import ToolError, stage_irs
 
 
 
@@ -300,7 +300,7 @@ def _load_length_penalty(plan: ParamPlan, path: Path, stage: str, block: Any) ->
     """
     from pydantic import ValidationError
 
-    from ..compat.nemo_rl import LengthPenaltyConfig, default_params, global_bands
+    from ..run.nemo_rl_config import LengthPenaltyConfig, default_params, global_bands
 
     where = f"{printable(path)}: grpo.length_penalty"
     try:
@@ -331,7 +331,7 @@ def _load_time_efficiency(plan: ParamPlan, path: Path, stage: str, block: Any) -
     """
     from pydantic import ValidationError
 
-    from ..compat._time_efficiency import TimeEfficiencyConfig
+    from ..run.nemo_rl_config import TimeEfficiencyConfig
 
     where = f"{printable(path)}: grpo.time_efficiency"
     try:

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ..paths import printable
-from .readers import MISSING
-from .rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
-from .spec import stage_irs
+from ..run.readers import MISSING
+from ..run.rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
+from ..run.spec import stage_irs
 from .trace import Value, gate_operands, trace
 
 

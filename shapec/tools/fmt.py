@@ -7,11 +7,11 @@ import re
 from pathlib import Path
 
 from ..paths import printable
-from ..compiler.imports import newlines, spec_source
+from ..checker.imports import newlines, spec_source
 from ..syntax.parser import BOM, parse
 from ..syntax.pretty import pretty
 from ..syntax.source import ShapeError
-from .atomic import OutputError, write_text
+from ..run.atomic import OutputError, write_text
 
 _ENDING = re.compile(r"\r\n|\r|\n")
 _NAMES = {"\r\n": "CRLF", "\r": "CR", "\n": "LF"}

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import AtomicFile, OutputError, check_destination, reason_of
+from ..run.atomic import AtomicFile, OutputError, check_destination, reason_of
 from .explain import gate_verdicts
 from .plotdata import BACKGROUND, DEFAULT_MAX, Curves, channel_values, sweep, sweepable
 from ..runtime.params import ParamError
 from ..runtime.validate import BatchError
-from .spec import ToolError, stage_irs
+from ..run.spec import ToolError, stage_irs
 
 
 def _resolved_params(shaper, plan) -> dict[str, dict]:
@@ -230,7 +230,7 @@ class Distribution:
 
 
 def _distribution(shaper, plan, layout, grouping, data: Path, channel: str) -> Distribution:
-    from .rundata import _needs, iter_chunks, open_blocks, shape_chunk
+    from ..run.rundata import _needs, iter_chunks, open_blocks, shape_chunk
 
     blocks, bar = open_blocks(data, layout, 65536, progress_enabled=False)
     xs, env, shaped = [], [], []

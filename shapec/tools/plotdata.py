@@ -22,7 +22,7 @@ import numpy as np
 
 from ..ir.nodes import UNITS, Node, ShaperIR
 from .explain import describe_gate, fmt_number, gate_verdicts
-from .spec import ToolError, stage_irs
+from ..run.spec import ToolError, stage_irs
 from .trace import gate_operands, trace
 
 GRID = 241

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler.check_common import MAX_EXACT_INT  # the largest integer a float64 holds exactly
+from ..checker.shared import MAX_EXACT_INT  # the largest integer a float64 holds exactly
 from ..ir.nodes import UNITS
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
 from .grouping import Chunk, absent_field
@@ -223,8 +223,7 @@ class NemoGymLayout:
     name = "nemo-gym"
 
     def __init__(self, length_type: str = "chars", tokenizer=None, agent_key: str | None = "agent_ref.name"):
-        from ..compat._time_efficiency import rollout_calls, rollout_seconds
-        from ..compat.nemo_rl import length_of, response_texts
+        from .nemo_gym_rows import length_of, response_texts, rollout_calls, rollout_seconds
 
         self.agent_key = agent_key
         self._texts = response_texts

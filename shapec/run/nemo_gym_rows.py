@@ -215,3 +215,40 @@ def group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, An
                      "reward": np.concatenate(p_rewards) if G else np.zeros(0),
                      "length": np.concatenate(p_lengths) if G else np.zeros(0)},
     }
+
+
+def rollout_seconds(result: Mapping[str, Any], index: int = 0) -> float:
+    """`openhands_run_time` clipped at 0; missing, None or non-numeric counts 0 (numeric strings parse)."""
+    seconds = result["full_result"].get("openhands_run_time")
+    try:
+        value = max(float(seconds), 0.0)
+    except OverflowError:  # an integer past float range: as infinite as NeMo-RL's float() can't say
+        value = math.inf if seconds > 0 else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+    if not math.isfinite(value):
+        # NeMo-RL would write a NaN or -inf reward here; refuse instead
+        raise ValueError(f"results[{index}].full_result.openhands_run_time is {show(seconds)}; expected a finite number")
+    return value
+
+
+def has_run_time(result: Mapping[str, Any]) -> bool:
+    """Whether `openhands_run_time` is there and reads as a number (else the row is charged 0)."""
+    try:
+        float(result["full_result"].get("openhands_run_time"))
+    except OverflowError:
+        return True
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+
+
+def rollout_calls(result: Mapping[str, Any]) -> int:
+    """The number of `function_call` items in `full_result.response.output` (0 without a list)."""
+    response = result["full_result"].get("response") or {}
+    output = response.get("output") if isinstance(response, Mapping) else None
+    if not isinstance(output, list):
+        return 0
+    return sum(1 for item in output if isinstance(item, dict) and item.get("type") == "function_call")

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from ..syntax import ast as A
-from .check_common import BAD, BOOL, NUM, Binding, finite_const
+from .shared import BAD, BOOL, NUM, Binding, finite_const
 from ..ir.nodes import BATCH, GROUP, PARAM, POISON, ROLLOUT, Node, ParamSpec, ShaperIR, Step, Type
 from .ordering import CONTRACTS, OrderingPass
 from .scopes import ScopesPass
-from .typing_pass import TypesPass
+from .types import TypesPass
 
-if TYPE_CHECKING:
-    from .check import Checker
 
 
 def in_words(ty: Type) -> str:
@@ -40,7 +37,8 @@ def batch_hint(ty: Type) -> str:
 class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
     """Checks one shaper body in source order."""
 
-    def __init__(self, parent: Checker, shaper: A.Shaper, source: str, filename: str):
+    def __init__(self, parent, shaper: A.Shaper, source: str, filename: str):
+        """`parent`: the module's Checker (module.py), which collects the diagnostics."""
         self.p = parent
         self.s = shaper
         self.source = source
@@ -220,7 +218,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     pending.append(st)
                 case _:
                     raise TypeError(f"checker: unknown statement {type(st).__name__}")
-        from ..analysis.clause import check_ensure
+        from .ensure import check_ensure
 
         ensures = tuple(e for e in (check_ensure(self, st) for st in pending) if e is not None)
         self.check_order(order)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .check_common import BAD, BOOL, NUM, finite_const, suggest
+from .shared import BAD, BOOL, NUM, finite_const, suggest
 from ..ir.nodes import BATCH, CONST, GROUP, POISON, ROLLOUT, UNITS, MetaSpec, Node, Type
 
 REDUCTIONS = {

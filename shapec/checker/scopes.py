@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .check_common import BAD, BOOL, INF, MAX_EXACT_INT, NUM, Binding, finite_const, suggest
+from .shared import BAD, BOOL, INF, MAX_EXACT_INT, NUM, Binding, finite_const, suggest
 from ..ir.nodes import GROUP, PARAM, POISON, ROLLOUT, UNITS, MetaSpec, Node, ParamSpec, Type
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS

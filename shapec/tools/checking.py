@@ -12,11 +12,11 @@ from ..syntax.source import Diagnostic, ShapeError
 
 def _modules(files: list, diags: list[Diagnostic]):
     """Each file's loaded module; a file that does not load adds its diagnostics instead."""
-    from ..api import _Loader
+    from ..checker.loader import Loader
 
     for f in files:
         try:
-            yield f, _Loader().file(Path(f))
+            yield f, Loader().file(Path(f))
         except ShapeError as err:
             diags += err.diagnostics
 
@@ -25,9 +25,9 @@ def check_files(files: list) -> list[Diagnostic]:
     """Plain `shapec check`: each file's diagnostics, plus an E7xx for a declared clause the static pass
     refutes. What it proves is not reported (--prove says how each clause is proved), and what it cannot
     decide is left to --prove, so valid files stay silent and nothing heavier than the checker loads."""
-    from .clause import title
-    from .codes import REFUTED_ERROR
-    from .static import decide
+    from ..checker.ensure import title
+    from ..checker.codes import REFUTED_ERROR
+    from ..analysis.static import decide
 
     diags: list[Diagnostic] = []
     for _, mod in _modules(files, diags):
@@ -44,12 +44,12 @@ def cmd_prove(files: list, args) -> int:
     try:
         import z3  # noqa: F401
     except ImportError:
-        from .prove import MissingExtra
+        from ..analysis.prove import MissingExtra
 
         print(f"shapec: error: {MissingExtra()}", file=sys.stderr)
         return 2
-    from .prove import analyse
-    from .report import diagnostics, pipeline_warnings, text, to_json
+    from ..analysis.prove import analyse
+    from ..analysis.report import diagnostics, pipeline_warnings, text, to_json
 
     diags, verdicts = [], []
     folder = Path(args.counterexamples)

@@ -1,6 +1,6 @@
 """Shaped rows out: the output file and its rejects file, each written whole or not at all.
 
-Both are written to temporary files in the destination folder (tools/atomic.py) and renamed
+Both are written to temporary files in the destination folder (run/atomic.py) and renamed
 into place only when the whole input has been shaped, so an existing output is never truncated
 or left half-written by a bad row, a full disk, Ctrl-C or kill -9.
 """

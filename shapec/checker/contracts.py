@@ -16,16 +16,25 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from .check_common import memoised
+from .shared import memoised
 from ..ir.intervals import arith
 from ..ir.nodes import UNITS, Node
 
-BOOL = "bool"  # the checker's element kind of booleans (check_common.BOOL)
+BOOL = "bool"  # the checker's element kind of booleans (shared.BOOL)
 
-if TYPE_CHECKING:
-    from .statements import ShaperChecker
+
+class ShaperFacts(Protocol):
+    """What the contracts read of the shaper being checked (statements.ShaperChecker has it)."""
+
+    requires: str
+    _expanded: int  # expansions of let definitions so far in one proof (bounded by EXPANSION_LIMIT)
+
+    def defn(self, node: Node) -> Node | None: ...
+
+    def range(self, node: Node) -> tuple[float, float]: ...
+
 
 BINARY = frozenset({0.0, 1.0})
 MAX_VALUES = 16  # past this a value set is treated as unknown; binary questions need only a few
@@ -36,12 +45,12 @@ def _contract_le(a: str, b: str) -> bool:
     return a in order and b in order and order.index(a) <= order.index(b)
 
 
-def values(ck: "ShaperChecker", node: Node) -> frozenset[float] | None:
+def values(ck: ShaperFacts, node: Node) -> frozenset[float] | None:
     """The finite set of values node can take when present, or None when that set is not known."""
     return memoised(ck, "memo_values", node, lambda: _values(ck, node))
 
 
-def _values(ck: "ShaperChecker", node: Node) -> frozenset[float] | None:
+def _values(ck: ShaperFacts, node: Node) -> frozenset[float] | None:
     if node.ty.kind == BOOL:
         return BINARY
     op = node.op
@@ -77,7 +86,7 @@ def _combine(sets, fn, union: bool = False) -> frozenset[float] | None:
     return out if len(out) <= MAX_VALUES else None
 
 
-def keeps_binary(ck: "ShaperChecker", steps, result: Node | None) -> bool:
+def keeps_binary(ck: ShaperFacts, steps, result: Node | None) -> bool:
     """True when every reward this shaper outputs is 0 or 1, given binary input rewards.
 
     Skipped groups pass through untouched (still binary); a factor that is not applied leaves the
@@ -105,7 +114,7 @@ class _TooLarge(Exception):
 EXPANSION_LIMIT = 4096  # nodes the ratio prover may visit per product; real factors use a few dozen
 
 
-def _canon(ck: "ShaperChecker", node: Node) -> Node:
+def _canon(ck: ShaperFacts, node: Node) -> Node:
     """node with `let`/`channel` names replaced by their definitions and `float(...)` dropped.
 
     The prover's walks expand names, so each visit is counted (see ratio_bounds)."""
@@ -120,12 +129,12 @@ def _canon(ck: "ShaperChecker", node: Node) -> Node:
         node = d
 
 
-def _nonneg(ck: "ShaperChecker", node: Node) -> bool:
+def _nonneg(ck: ShaperFacts, node: Node) -> bool:
     """Inputs with a unit are validated >= 0 at run time; anything else must have a range >= 0."""
     return memoised(ck, "memo_nonneg", node, lambda: _is_nonneg(ck, node))
 
 
-def _is_nonneg(ck: "ShaperChecker", node: Node) -> bool:
+def _is_nonneg(ck: ShaperFacts, node: Node) -> bool:
     d = ck.defn(node)
     if d is not None:
         return _nonneg(ck, d)
@@ -138,7 +147,7 @@ def _is_nonneg(ck: "ShaperChecker", node: Node) -> bool:
     return ck.range(node)[0] >= 0
 
 
-def _extreme(ck: "ShaperChecker", node: Node) -> tuple[str, tuple] | None:
+def _extreme(ck: ShaperFacts, node: Node) -> tuple[str, tuple] | None:
     """("max" | "min", key of x) for max(x) / min(x) over every rollout of the group, else None.
 
     Only an unmasked group reduction bounds every rollout's x; a masked one bounds the rollouts in
@@ -152,7 +161,7 @@ def _extreme(ck: "ShaperChecker", node: Node) -> tuple[str, tuple] | None:
     return node.attr[0], _canon(ck, node.args[0]).key()
 
 
-def _reduced(ck: "ShaperChecker", node: Node, keys: set) -> set:
+def _reduced(ck: ShaperFacts, node: Node, keys: set) -> set:
     """The keys of every x that node takes an unmasked group max(x) or min(x) of."""
     node = _canon(ck, node)
     if (e := _extreme(ck, node)) is not None:
@@ -162,7 +171,7 @@ def _reduced(ck: "ShaperChecker", node: Node, keys: set) -> set:
     return keys
 
 
-def _linear(ck: "ShaperChecker", node: Node, scale: float, form: dict, atoms: dict, whole: set) -> None:
+def _linear(ck: ShaperFacts, node: Node, scale: float, form: dict, atoms: dict, whole: set) -> None:
     """Adds scale * node to form ({atom key: coefficient}, the constant under ()), atoms by key.
 
     A node in whole stays one atom, so `length + answer` still meets its own max(length + answer).
@@ -174,7 +183,7 @@ def _linear(ck: "ShaperChecker", node: Node, scale: float, form: dict, atoms: di
         form[key] = form.get(key, 0.0) + scale
 
 
-def _split(ck: "ShaperChecker", node: Node, scale: float, form: dict, atoms: dict, whole: set) -> bool:
+def _split(ck: ShaperFacts, node: Node, scale: float, form: dict, atoms: dict, whole: set) -> bool:
     """Adds a constant, a negation, a sum or a constant multiple part by part; False for an atom."""
     args = [_canon(ck, x) for x in node.args]
     if node.op == "const":
@@ -192,7 +201,7 @@ def _split(ck: "ShaperChecker", node: Node, scale: float, form: dict, atoms: dic
     return True
 
 
-def _proves_le(ck: "ShaperChecker", small: Node | None, big: Node) -> bool:
+def _proves_le(ck: ShaperFacts, small: Node | None, big: Node) -> bool:
     """True when small (None: 0) <= big for every rollout of a group, using min(x) <= x <= max(x).
 
     big - small is written as a linear form; a rollout value x beside its group's max(x) (or min(x))
@@ -230,7 +239,7 @@ def _proves_le(ck: "ShaperChecker", small: Node | None, big: Node) -> bool:
     return total >= 0
 
 
-def _product(ck: "ShaperChecker", node: Node, num: list, den: list) -> None:
+def _product(ck: ShaperFacts, node: Node, num: list, den: list) -> None:
     """Splits a chain of * and / into its numerator factors and its divisors."""
     node = _canon(ck, node)
     if node.op == "bin" and node.attr == "*":
@@ -243,7 +252,7 @@ def _product(ck: "ShaperChecker", node: Node, num: list, den: list) -> None:
         num.append(node)
 
 
-def ratio_bounds(ck: "ShaperChecker", node: Node) -> tuple[float, float] | None:
+def ratio_bounds(ck: ShaperFacts, node: Node) -> tuple[float, float] | None:
     """Bounds of a product with one divisor D and a factor f with 0 <= f <= D (so f / D is in [0, 1]).
 
     `alpha * length / max(length)`, `(x - min(x)) / (max(x) - min(x) + eps)` and `min(x) / x` over

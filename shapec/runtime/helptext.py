@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from .ir.nodes import MetaSpec, ParamSpec, PipelineIR, ShaperIR
+from ..ir.nodes import MetaSpec, ParamSpec, PipelineIR, ShaperIR
 
 
 def _num(v: float) -> str:

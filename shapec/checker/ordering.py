@@ -7,7 +7,7 @@ import math
 
 from ..syntax import ast as A
 from . import contracts as C
-from .check_common import BOOL, INF, memoised
+from .shared import BOOL, INF, memoised
 from ..ir.intervals import arith, bounds_call
 from ..ir.nodes import UNITS, Node
 
@@ -143,7 +143,7 @@ class OrderingPass:
         return list(names)
 
     def range(self, node: Node) -> tuple[float, float]:
-        """Interval bounds of a numeric expression (conservative), once per node (check_common.memoised)."""
+        """Interval bounds of a numeric expression (conservative), once per node (shared.memoised)."""
         return memoised(self, "memo_range", node, lambda: self._range(node))
 
     def _range(self, node: Node) -> tuple[float, float]:

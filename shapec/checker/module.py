@@ -1,6 +1,6 @@
 """AST -> typed IR, the module-level driver. Collects every error in one pass; a poison type stops cascades.
 
-The passes over a shaper body live one per module: scopes.py (names and scopes), typing_pass.py (types,
+The passes over a shaper body live one per module: scopes.py (names and scopes), types.py (types,
 units and levels), ordering.py (contracts and ordering), statements.py (the body walk that combines
 them); the property analysis of `ensure` clauses is shapec/analysis/.
 """
@@ -13,13 +13,13 @@ from typing import Callable
 from ..syntax import ast as A
 from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
-from .check_common import BAD, MAX_EXACT_INT, finite_const, suggest
+from .shared import BAD, MAX_EXACT_INT, finite_const, suggest
 from .imports import bound_name
 from ..ir.nodes import LEVEL_NAMES, POISON, Node, ParamSpec, PipelineIR, ShaperIR
 from ..ir.depth import deep_expressions
 from .ordering import stage_order
 from .statements import ShaperChecker
-from .typing_pass import REDUCTIONS
+from .types import REDUCTIONS
 
 class Checker:
     def __init__(self, loader: Callable[[str, bool, Span], "CheckedModule | None"] | None = None):
