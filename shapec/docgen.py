@@ -4,7 +4,7 @@ errors.md       every diagnostic code, from checker/codes.py's CODES
 stdlib.md       every stdlib shaper and pipeline, from the specs' docstrings and declarations
 cli-options.md  every subcommand's options, from the argparse parser
 
-tests/test_docs.py fails when a committed page differs from what this writes.
+tests/docs/test_site.py fails when a committed page differs from what this writes.
 """
 
 from __future__ import annotations

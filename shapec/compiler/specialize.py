@@ -23,7 +23,7 @@ for it too):
 The lowering then leaves out what can no longer run: a term or factor whose `when` has a 0
 conjunct writes its 0 (1) without computing anything, and a let only such statements read is not
 computed (lowering/statements.py, sinking.py). The rewritten IR is still a shaper both backends
-run: tests/test_specialize.py checks that it gives the same outputs, bit for bit, as the
+run: tests/compiler/test_specialize.py checks that it gives the same outputs, bit for bit, as the
 original for every call whose params satisfy its facts.
 
 Which facts a call satisfies is read from its packed param matrix (one row per scalar param,

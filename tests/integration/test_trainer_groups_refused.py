@@ -14,7 +14,7 @@ from shapec.compat.miles import post_process_rewards
 from shapec.compat.openrlhf import length_penalty_hook
 from shapec.runtime.batch import BatchError
 
-from ..test_trainer_adapters_miles import Sample, _args
+from ..compat.test_miles_hook import Sample, _args
 from .require import need
 
 torch = need("torch", "trl")

@@ -24,7 +24,7 @@ from ...ir.nodes import Node
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
-# False writes every condition through ex() (fully three-valued): tests/test_definedness.py compares
+# False writes every condition through ex() (fully three-valued): tests/compiler/test_definedness.py compares
 # whole kernels lowered both ways
 TWO_VALUED = True
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "!=": "=="}
