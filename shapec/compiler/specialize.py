@@ -37,6 +37,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from ..ir.partial import ParamValues
 from ..ir.values import k_and, k_cmp, k_or
 from ..ir.nodes import PARAM, Node, ShaperIR, Step
 from ..ir.nodes import post_order, steps_nodes, walk
@@ -60,7 +61,6 @@ class Facts:
     def __init__(self, ir: ShaperIR):
         self.ir = ir
         self.rows = {p.name: k for k, p in enumerate(q for q in ir.params if q.kind != "band")}
-        self.defs = {s.name: s for s in ir.steps if s.kind == "let"}
         found: dict[tuple, Node] = {}
         for root in steps_nodes(ir):
             for n in walk(root):
@@ -74,54 +74,12 @@ class Facts:
         """The facts of a (P, G) param matrix (None or no groups: none)."""
         if matrix is None or matrix.ndim != 2 or matrix.shape[1] == 0:
             return self.general
-        lets: dict[str, np.ndarray | None] = {}
-        memo: dict[int, object] = {}  # shared: a condition's sub-conditions are conditions too
-
-        def column(name: str):
-            return matrix[self.rows[name]] if name in self.rows else None
-
-        out = []
-        for _, node in self.conditions:
-            out.append(_settled(self._value(node, column, lets, memo)))
+        values = ParamValues(self.ir, lambda name: matrix[self.rows[name]] if name in self.rows else None)
+        out = [_settled(values.of(node)) for _, node in self.conditions]
         for name in self.zeros:
             row = matrix[self.rows[name]]
             out.append(True if bool(np.all(row == 0.0)) and not np.signbit(row).any() else UNKNOWN)
         return tuple(out)
-
-    def _value(self, root: Node, column, lets: dict, memo: dict):
-        """The node's value in each group (an array of G, or a scalar), or None if it is not a
-        param-level expression this evaluator follows; `memo` (by node id) holds what is done."""
-        for n in post_order(root, lambda x: x.args, memo):
-            memo[id(n)] = self._step(n, [memo[id(a)] for a in n.args], column, lets)
-        return memo[id(root)]
-
-    def _step(self, n: Node, args: list, column, lets: dict):
-        if any(a is None for a in args):
-            return None
-        op = n.op
-        if op == "const":
-            return np.float64(n.attr) if isinstance(n.attr, (int, float)) else None
-        if op == "ref":
-            ns, name = n.attr
-            if ns == "param":
-                return column(name)
-            if ns == "var" and name in self.defs and self.defs[name].expr.ty.level <= PARAM:
-                if name not in lets:
-                    lets[name] = self._value(self.defs[name].expr, column, lets, {})
-                return lets[name]
-            return None
-        if op == "not":
-            return 1.0 - args[0]
-        if op == "neg":
-            return -args[0]
-        if op == "cmp":
-            return k_cmp(n.attr, *args)
-        if op in ("and", "or"):
-            return (k_and if op == "and" else k_or)(*args)
-        if op == "cond":
-            c, a, b = (np.asarray(x, dtype=np.float64) for x in args)
-            return np.where(c == 1, a, np.where(c == 0, b, np.nan))
-        return None
 
 
 def _settled(v) -> float | None:

@@ -7,17 +7,18 @@ values feed only metrics, or only branches its params turn off (kimi's `scope = 
 `max(length)` over `batch.max(length)`), is safe; this module tells the two apart.
 
 Param-level conditions are evaluated on the call's param columns (one value per group, so
-per-agent overrides count): a `c ? a : b`, an `and`, an `or` or a statement's `when` whose
-condition is the same known value in every group follows only the branch it takes. Anything else
-is followed on every path, so the answer errs towards "reachable".
+per-agent overrides count) by the one partial evaluator (ir/partial.py): a `c ? a : b`, an `and`,
+an `or` or a statement's `when` whose condition is the same known value in every group follows
+only the branch it takes. Anything else is followed on every path, so the answer errs towards
+"reachable".
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ir.nodes import BATCH, PARAM, Node, ShaperIR
-from ..ir.values import k_and, k_cmp, k_or
+from ..ir.nodes import BATCH, Node, ShaperIR
+from ..ir.partial import ParamValues
 
 
 def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None:
@@ -27,39 +28,8 @@ def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None
     describe the call, they shape nothing)."""
     defs = {s.name: s for s in ir.steps if s.kind in ("let", "gate", "gaterules")}
     seen: dict[str, Node | None] = {}
-
-    def fold(node: Node):
-        """The node's value per group if it is a param-level expression of known params, else None."""
-        if node.op in ("and", "or"):  # false and anything is false, true or anything is true
-            parts = [fold(a) for a in node.args]
-            decisive = 0.0 if node.op == "and" else 1.0
-            if any(p is not None and bool(np.all(p == decisive)) for p in parts):
-                return np.float64(decisive)
-            if any(p is None for p in parts):
-                return None
-            return (k_and if node.op == "and" else k_or)(*parts)
-        if node.ty.level > PARAM:
-            return None
-        if node.op == "const":
-            return np.float64(node.attr) if isinstance(node.attr, (int, float)) else None
-        if node.op == "ref":
-            ns, name = node.attr
-            column = params.get(name) if ns == "param" else None
-            return column if column is not None and column.ndim == 1 else None
-        parts = [fold(a) for a in node.args]
-        if any(p is None for p in parts):
-            return None
-        if node.op == "not":
-            return 1.0 - parts[0]
-        if node.op == "neg":
-            return -parts[0]
-        if node.op == "cmp":
-            return k_cmp(node.attr, *parts)
-        return None
-
-    def always(node: Node | None, value: float) -> bool:
-        v = None if node is None else fold(node)
-        return v is not None and bool(np.all(v == value))
+    values = ParamValues(ir, lambda name: params.get(name))
+    always = values.always
 
     def reach(node: Node | None) -> Node | None:
         if node is None or node.op == "const":
@@ -74,7 +44,7 @@ def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None
                 return reach(args[1])
             if always(args[0], 0.0):
                 return reach(args[2])
-        if node.op in ("and", "or") and fold(node) is not None:
+        if node.op in ("and", "or") and values.of(node) is not None:
             return None
         for a in args:
             found = reach(a)
