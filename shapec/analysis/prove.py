@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.nodes import Node, PipelineIR, ShaperIR, Type
+from ..ir.nodes import Node, Op, PipelineIR, ShaperIR, Type
 from . import static
 from .properties import Goal, goals
 from .search import Found, SearchStats, breaking_values, evaluate, search
@@ -61,7 +61,7 @@ def blame(ir: ShaperIR, goal: Goal, found: Found):
                 break
             trial = replace(ir, result=None)
         else:  # the statement never applies; its name stays defined for the statements reading it
-            off = replace(st, when=Node("const", (), Type("bool"), 0.0))
+            off = replace(st, when=Node(Op.CONST, (), Type("bool"), 0.0))
             trial = replace(ir, steps=tuple(off if s is st else s for s in ir.steps))
         try:
             got = evaluate(trial, goal.ensure, found.case)

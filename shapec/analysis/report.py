@@ -7,7 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..ir.nodes import PipelineIR, ShaperIR
+from ..ir.nodes import Op, PipelineIR, ShaperIR
 from ..syntax.source import Diagnostic, Span
 from ..checker.codes import REFUTED_ERROR, REFUTED_WARNING
 from .prove import Verdict
@@ -173,16 +173,16 @@ def to_json(v: Verdict) -> dict:
 # ------------------------------------------------------------------------- pipelines as a whole
 def _std_normalised(ir: ShaperIR) -> bool:
     def walk(n) -> bool:
-        if n.op == "bin" and n.attr == "/" and _reads_std(n.args[1]):
+        if n.op is Op.BIN and n.attr == "/" and _reads_std(n.args[1]):
             return True
         return any(walk(a) for a in n.args)
 
     defs = {st.name: st.expr for st in ir.steps if st.kind == "let"}
 
     def _reads_std(n) -> bool:
-        if n.op == "reduce" and n.attr[0] == "std":
+        if n.op is Op.REDUCE and n.attr[0] == "std":
             return True
-        if n.op == "ref" and n.attr[0] == "var" and n.attr[1] in defs:
+        if n.op is Op.REF and n.attr[0] == "var" and n.attr[1] in defs:
             return _reads_std(defs[n.attr[1]])
         return any(_reads_std(a) for a in n.args)
 
@@ -190,7 +190,7 @@ def _std_normalised(ir: ShaperIR) -> bool:
 
 
 def _clipped(ir: ShaperIR) -> bool:
-    return ir.result is not None and ir.result.op == "call" and ir.result.attr == "clip"
+    return ir.result is not None and ir.result.op is Op.CALL and ir.result.attr == "clip"
 
 
 def pipeline_warnings(ir: PipelineIR) -> list[Diagnostic]:

@@ -16,7 +16,7 @@ import contextlib
 import math
 
 from ..ir.intervals import arith, bounds_call
-from ..ir.nodes import ROLLOUT, UNITS, Ensure, Node, ShaperIR
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, UNITS
 
 INF = math.inf
 FULL = (-INF, INF)
@@ -97,38 +97,38 @@ class Bounds:
 
     def _eval(self, n: Node, inner: bool, depth: int) -> tuple[float, float]:
         op, a, d = n.op, n.args, depth + 1
-        if op == "const":
+        if op is Op.CONST:
             return float(n.attr), float(n.attr)
-        if op == "ref":
+        if op is Op.REF:
             return self._ref(n, inner, d)
-        if op == "not":
+        if op is Op.NOT:
             lo, hi = self.of(a[0], inner, d)
             return 1.0 - hi, 1.0 - lo
-        if op in ("and", "or"):
+        if op in (Op.AND, Op.OR):
             x, y = self.of(a[0], inner, d), self.of(a[1], inner, d)
-            return (min(x[0], y[0]), min(x[1], y[1])) if op == "and" else (max(x[0], y[0]), max(x[1], y[1]))
-        if op == "cmp":
+            return (min(x[0], y[0]), min(x[1], y[1])) if op is Op.AND else (max(x[0], y[0]), max(x[1], y[1]))
+        if op is Op.CMP:
             if any(x.ty.kind == "band" for x in a):
                 return 0.0, 1.0
             return self._compare(n.attr, self.of(a[0], inner, d), self.of(a[1], inner, d))
-        if op == "neg":
+        if op is Op.NEG:
             lo, hi = self.of(a[0], inner, d)
             return -hi, -lo
-        if op == "band":
+        if op is Op.BAND:
             return 0.0, 1.0
-        if op == "bin":
+        if op is Op.BIN:
             return self._bin(n.attr, self.of(a[0], inner, d), self.of(a[1], inner, d))
-        if op == "call":
+        if op is Op.CALL:
             return self._call(n.attr, [self.of(x, inner, d) for x in a])
-        if op == "cond":
+        if op is Op.COND:
             c = self.of(a[0], inner, d)
             yes = self.narrowed(a[0], inner, d, lambda: self.of(a[1], inner, d)) if c[1] > 0 else None
             no = self.narrowed(a[0], inner, d, lambda: self.of(a[2], inner, d), negate=True) if c[0] < 1 else None
             rs = [r for r in (yes, no) if r is not None]
             return _hull(*rs) if rs else FULL
-        if op == "fallback":
+        if op is Op.FALLBACK:
             return _hull(self.of(a[0], inner, d), self.of(a[1], inner, d))
-        if op in ("reduce", "breduce"):
+        if op in (Op.REDUCE, Op.BREDUCE):
             return self._reduce(n, d)
         return FULL
 
@@ -206,7 +206,7 @@ class Bounds:
         return FULL
 
     def _reduce(self, n: Node, d: int) -> tuple[float, float]:
-        what = n.attr[0] if n.op == "reduce" else n.attr
+        what = n.attr[0] if n.op is Op.REDUCE else n.attr
         x = self.of(n.args[0], True, d)
         if what in ("min", "max", "mean", "median", "nth_largest", "quantile"):
             return x
@@ -225,9 +225,9 @@ class Bounds:
         """The parts of a condition that must all hold, through the lets and gates it names."""
         if depth > MAX_DEPTH:
             return [node]
-        if node.op == "and":
+        if node.op is Op.AND:
             return [c for x in node.args for c in self.conjuncts(x, depth + 1)]
-        if node.op == "ref" and node.attr[0] == "var" and node.attr[1] in self.defs:
+        if node.op is Op.REF and node.attr[0] == "var" and node.attr[1] in self.defs:
             d = self.defs[node.attr[1]]
             if d.ty.kind == "bool":
                 return [node, *self.conjuncts(d, depth + 1)]
@@ -242,13 +242,13 @@ class Bounds:
             truth = self.of(c, inner, depth)
             if truth == ((1.0, 1.0) if negate else (0.0, 0.0)):
                 return None
-            if c.op == "ref" and c.ty.kind == "bool" and not negate:
+            if c.op is Op.REF and c.ty.kind == "bool" and not negate:
                 out[c.attr] = (1.0, 1.0)
-            if c.op != "cmp" or any(x.ty.kind == "band" for x in c.args):
+            if c.op is not Op.CMP or any(x.ty.kind == "band" for x in c.args):
                 continue
             op = FLIP[c.attr] if negate else c.attr
             for ref, other, rel in ((c.args[0], c.args[1], op), (c.args[1], c.args[0], MIRROR[op])):
-                if ref.op == "ref" and (not inner or ref.ty.level < ROLLOUT):
+                if ref.op is Op.REF and (not inner or ref.ty.level < ROLLOUT):
                     lo, hi = self.of(other, inner, depth)
                     bound = {">": (lo, INF), ">=": (lo, INF), "<": (-INF, hi), "<=": (-INF, hi), "==": (lo, hi)}
                     if rel in bound:
@@ -259,7 +259,7 @@ class Bounds:
 
     def narrowed(self, guard: Node, inner: bool, depth: int, value, negate: bool = False):
         """`value()` under what the guard implies; None when the guard cannot hold."""
-        if negate and guard.op != "cmp":
+        if negate and guard.op is not Op.CMP:
             return value()
         found = self.facts(guard, inner, depth, negate)
         if found is None:
@@ -274,7 +274,7 @@ class Bounds:
             if g is None:
                 continue
             if g.ty.kind == "index":  # `on argmin(x where M)`: the rollout is in M
-                if g.op != "reduce":
+                if g.op is not Op.REDUCE:
                     continue
                 g = g.args[1]
             found = self.facts(g, inner, depth)
@@ -305,15 +305,15 @@ class Bounds:
     def never_missing(self, n: Node, depth: int = 0) -> bool:
         if n.ty.maybe_missing or depth > MAX_DEPTH:
             return False
-        if n.op == "const":
+        if n.op is Op.CONST:
             return True
-        if n.op == "ref":
+        if n.op is Op.REF:
             ns, name = n.attr
             if ns == "var" and name in self.defs:
                 return self.never_missing(self.defs[name], depth + 1)
             return ns in ("param", "input", "builtin", "state") or (ns == "var" and name in self.terms)
-        safe = n.op in ("neg", "not", "and", "or", "cmp", "cond", "fallback") or (
-            n.op == "bin" and n.attr in ("+", "-", "*")) or (n.op == "call" and n.attr in NEVER_MISSING_CALLS)
+        safe = n.op in (Op.NEG, Op.NOT, Op.AND, Op.OR, Op.CMP, Op.COND, Op.FALLBACK) or (
+            n.op is Op.BIN and n.attr in ("+", "-", "*")) or (n.op is Op.CALL and n.attr in NEVER_MISSING_CALLS)
         return safe and all(self.never_missing(x, depth + 1) for x in n.args)
 
     # ------------------------------------------------------------------ the shaped reward

@@ -15,7 +15,7 @@ import math
 
 import z3
 
-from ..ir.nodes import ROLLOUT, Ensure, Node, ShaperIR, Type
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type
 from .static import Bounds
 
 TIMEOUT_MS = 8000
@@ -56,19 +56,19 @@ class Encoder:
 
     def _ev(self, node: Node, i: int):
         op, a = node.op, node.args
-        if op == "const":
+        if op is Op.CONST:
             return z3.RealVal(float(node.attr)), z3.BoolVal(False)
-        if op == "ref":
+        if op is Op.REF:
             return self.ref(node, i)
-        if op == "neg":
+        if op is Op.NEG:
             v, mv = self.ev(a[0], i)
             return -v, mv
-        if op == "not":
+        if op is Op.NOT:
             v, mv = self.ev(a[0], i)
             return 1 - v, mv
-        if op in ("bin", "cmp", "call") and any(x.ty.kind == "band" for x in a):
+        if op in (Op.BIN, Op.CMP, Op.CALL) and any(x.ty.kind == "band" for x in a):
             return self.fresh(node)
-        if op == "bin":
+        if op is Op.BIN:
             (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
             miss = z3.Or(mx, my)
             if node.attr == "+":
@@ -81,31 +81,31 @@ class Encoder:
                 q, _ = self.fresh()
                 self.s.add(z3.Implies(y != 0, q * y == x))
                 return q, z3.Or(miss, y == 0)
-            if a[1].op == "const" and float(a[1].attr) in (1.0, 2.0, 3.0):
+            if a[1].op is Op.CONST and float(a[1].attr) in (1.0, 2.0, 3.0):
                 out = x
                 for _ in range(int(a[1].attr) - 1):
                     out = out * x
                 return out, miss
             return self.fresh(node, miss)
-        if op == "cmp":
+        if op is Op.CMP:
             (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
             rel = {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[node.attr]
             return z3.If(rel, z3.RealVal(1), z3.RealVal(0)), z3.Or(mx, my)
-        if op in ("and", "or"):
+        if op in (Op.AND, Op.OR):
             (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
-            target = 0 if op == "and" else 1
+            target = 0 if op is Op.AND else 1
             decided = z3.Or(z3.And(z3.Not(mx), x == target), z3.And(z3.Not(my), y == target))
             return z3.If(decided, z3.RealVal(target), z3.RealVal(1 - target)), z3.And(z3.Not(decided), z3.Or(mx, my))
-        if op == "cond":
+        if op is Op.COND:
             (c, mc), (x, mx), (y, my) = (self.ev(n, i) for n in a)
             yes, no = z3.And(z3.Not(mc), c == 1), z3.And(z3.Not(mc), c == 0)
             return z3.If(yes, x, y), z3.Or(z3.And(yes, mx), z3.And(no, my), z3.And(z3.Not(yes), z3.Not(no)))
-        if op == "fallback":
+        if op is Op.FALLBACK:
             (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
             return z3.If(mx, y, x), z3.And(mx, my)
-        if op == "call":
+        if op is Op.CALL:
             return self.call(node, i)
-        if op in ("reduce", "breduce"):
+        if op in (Op.REDUCE, Op.BREDUCE):
             return self.reduce(node, i)
         return self.fresh(node)  # band, bandfield, skipped: free, bounded by intervals
 
@@ -209,7 +209,7 @@ class Encoder:
     def reduce(self, node: Node, i: int):
         """A group- or batch-level value: free, constrained by what the rollouts encoded here imply (a
         batch holds the group, so a batch min is <= each of them as well)."""
-        op, over = (node.attr, "") if node.op == "breduce" else node.attr
+        op, over = (node.attr, "") if node.op is Op.BREDUCE else node.attr
         if over or node.ty.items:
             return self.fresh(node)
         v, miss = self.fresh(node)
@@ -218,7 +218,7 @@ class Encoder:
             x, mx = self.ev(node.args[0], j)
             mk, mm = self.ev(node.args[1], j)
             members.append((x, mx, z3.And(z3.Not(mm), mk == 1)))
-        group = node.op == "reduce"
+        group = node.op is Op.REDUCE
         if group and self.zero_rewards and all(z3.is_false(z3.simplify(sel)) for _, _, sel in members):
             empty = {"count": 0, "sum": 0, "any": 0, "all": 1}
             return (z3.RealVal(empty[op]), z3.BoolVal(False)) if op in empty else (v, z3.BoolVal(True))
@@ -244,7 +244,7 @@ class Encoder:
             return True
         if depth > 64:
             return False
-        if node.op == "ref":
+        if node.op is Op.REF:
             ns, name = node.attr
             if ns == "var" and name in self.bounds.defs:
                 return self.uniform(self.bounds.defs[name], depth + 1)
@@ -274,7 +274,7 @@ class Encoder:
             flags = [z3.Bool(f"arg{self.n}_{j}") for j in range(self.m)]
             self.n += 1
             self.cache[key] = flags
-            op = node.attr[0] if node.op == "reduce" else None
+            op = node.attr[0] if node.op is Op.REDUCE else None
             if op not in ("argmin", "argmax"):
                 return flags[i]
             if self.m > 1:
@@ -357,7 +357,7 @@ def prove(ir: ShaperIR, ensure: Ensure) -> str:
             enc.s.add(z3.Or(outs[0] < ensure.lo, outs[0] > ensure.hi))
         else:
             for name, _ in ir.inputs:
-                a, b = (enc.ev(Node("ref", (), Type("num", ROLLOUT), ("input", name)), i)[0] for i in range(2))
+                a, b = (enc.ev(Node(Op.REF, (), Type("num", ROLLOUT), ("input", name)), i)[0] for i in range(2))
                 enc.s.add(a < b if name == ensure.x_name else a == b)
             enc.s.add(rs[0] == rs[1], outs[0] < outs[1])
             if ensure.on is not None:

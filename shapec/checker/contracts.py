@@ -20,7 +20,7 @@ from typing import Protocol
 
 from .shared import memoised
 from ..ir.intervals import arith
-from ..ir.nodes import UNITS, Node
+from ..ir.nodes import Node, Op, UNITS
 
 BOOL = "bool"  # the checker's element kind of booleans (shared.BOOL)
 
@@ -54,23 +54,23 @@ def _values(ck: ShaperFacts, node: Node) -> frozenset[float] | None:
     if node.ty.kind == BOOL:
         return BINARY
     op = node.op
-    if op == "const":
+    if op is Op.CONST:
         return frozenset({float(node.attr)})
-    if op == "ref":
+    if op is Op.REF:
         if node.attr == ("builtin", "reward"):
             return BINARY if ck.requires == "binary" else None
         d = ck.defn(node)
         return values(ck, d) if d is not None else None
-    if op == "neg":
+    if op is Op.NEG:
         inner = values(ck, node.args[0])
         return None if inner is None else frozenset(-v for v in inner)
-    if op in ("cond", "fallback"):
-        branches = node.args[1:] if op == "cond" else node.args
+    if op in (Op.COND, Op.FALLBACK):
+        branches = node.args[1:] if op is Op.COND else node.args
         return _combine([values(ck, b) for b in branches], lambda *vs: vs, union=True)
-    if op == "bin" and node.attr in ("*", "+", "-"):
+    if op is Op.BIN and node.attr in ("*", "+", "-"):
         fn = {"*": lambda a, b: a * b, "+": lambda a, b: a + b, "-": lambda a, b: a - b}[node.attr]
         return _combine([values(ck, a) for a in node.args], fn)
-    if op == "call" and node.attr in ("min", "max", "clip"):
+    if op is Op.CALL and node.attr in ("min", "max", "clip"):
         fn = {"min": min, "max": max, "clip": lambda x, lo, hi: min(max(x, lo), hi)}[node.attr]
         return _combine([values(ck, a) for a in node.args], fn)
     return None
@@ -104,7 +104,7 @@ def keeps_binary(ck: ShaperFacts, steps, result: Node | None) -> bool:
 
 
 def _strip_float(node: Node) -> Node:
-    return node.args[0] if node.op == "call" and node.attr == "float" else node
+    return node.args[0] if node.op is Op.CALL and node.attr == "float" else node
 
 
 class _TooLarge(Exception):
@@ -138,11 +138,11 @@ def _is_nonneg(ck: ShaperFacts, node: Node) -> bool:
     d = ck.defn(node)
     if d is not None:
         return _nonneg(ck, d)
-    if node.op == "ref" and node.attr[0] == "input" and node.ty.unit in UNITS:
+    if node.op is Op.REF and node.attr[0] == "input" and node.ty.unit in UNITS:
         return True
-    if node.op == "bin" and node.attr in ("+", "*", "/"):
+    if node.op is Op.BIN and node.attr in ("+", "*", "/"):
         return all(_nonneg(ck, a) for a in node.args)
-    if node.op == "call" and node.attr in ("float", "int", "min", "max"):
+    if node.op is Op.CALL and node.attr in ("float", "int", "min", "max"):
         return all(_nonneg(ck, a) for a in node.args)
     return ck.range(node)[0] >= 0
 
@@ -153,10 +153,10 @@ def _extreme(ck: ShaperFacts, node: Node) -> tuple[str, tuple] | None:
     Only an unmasked group reduction bounds every rollout's x; a masked one bounds the rollouts in
     its mask only, and a metadata list's bounds its items, not the rollouts.
     """
-    if node.op != "reduce" or node.attr[0] not in ("max", "min") or node.attr[1]:
+    if node.op is not Op.REDUCE or node.attr[0] not in ("max", "min") or node.attr[1]:
         return None
     mask = node.args[1]
-    if not (mask.op == "const" and mask.attr == 1.0):
+    if not (mask.op is Op.CONST and mask.attr == 1.0):
         return None
     return node.attr[0], _canon(ck, node.args[0]).key()
 
@@ -186,15 +186,15 @@ def _linear(ck: ShaperFacts, node: Node, scale: float, form: dict, atoms: dict, 
 def _split(ck: ShaperFacts, node: Node, scale: float, form: dict, atoms: dict, whole: set) -> bool:
     """Adds a constant, a negation, a sum or a constant multiple part by part; False for an atom."""
     args = [_canon(ck, x) for x in node.args]
-    if node.op == "const":
+    if node.op is Op.CONST:
         form[()] = form.get((), 0.0) + scale * float(node.attr)
-    elif node.op == "neg":
+    elif node.op is Op.NEG:
         _linear(ck, args[0], -scale, form, atoms, whole)
-    elif node.op == "bin" and node.attr in ("+", "-"):
+    elif node.op is Op.BIN and node.attr in ("+", "-"):
         _linear(ck, args[0], scale, form, atoms, whole)
         _linear(ck, args[1], scale if node.attr == "+" else -scale, form, atoms, whole)
-    elif node.op == "bin" and node.attr == "*" and "const" in (args[0].op, args[1].op):
-        const, other = args if args[0].op == "const" else args[::-1]
+    elif node.op is Op.BIN and node.attr == "*" and Op.CONST in (args[0].op, args[1].op):
+        const, other = args if args[0].op is Op.CONST else args[::-1]
         _linear(ck, other, scale * float(const.attr), form, atoms, whole)
     else:
         return False
@@ -242,10 +242,10 @@ def _proves_le(ck: ShaperFacts, small: Node | None, big: Node) -> bool:
 def _product(ck: ShaperFacts, node: Node, num: list, den: list) -> None:
     """Splits a chain of * and / into its numerator factors and its divisors."""
     node = _canon(ck, node)
-    if node.op == "bin" and node.attr == "*":
+    if node.op is Op.BIN and node.attr == "*":
         _product(ck, node.args[0], num, den)
         _product(ck, node.args[1], num, den)
-    elif node.op == "bin" and node.attr == "/":
+    elif node.op is Op.BIN and node.attr == "/":
         _product(ck, node.args[0], num, den)
         den.append(_canon(ck, node.args[1]))  # whole: the prover compares the factor with all of it
     else:
@@ -259,7 +259,7 @@ def ratio_bounds(ck: ShaperFacts, node: Node) -> tuple[float, float] | None:
     non-negative x are such products. A D of 0 forces f = 0, and 0 / 0 is missing, which fails
     closed. The bounds are f / D's [0, 1] times the other factors' intervals; None when no factor fits.
     """
-    if node.op != "bin" or node.attr not in ("*", "/"):
+    if node.op is not Op.BIN or node.attr not in ("*", "/"):
         return None
     ck._expanded = 0
     try:

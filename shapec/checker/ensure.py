@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..ir.nodes import BATCH, PARAM, POISON, Ensure
+from ..ir.nodes import BATCH, Ensure, Op, PARAM, POISON
 from ..syntax import ast as A
 
 PROPERTIES = ("order_kept", "all_wrong_unchanged", "within", "shorter_not_worse")
@@ -12,9 +12,9 @@ DOMAINS = ("binary", "unit", "nonneg", "real")  # narrowest first
 
 
 def _const(node) -> float | None:
-    if node.op == "const":
+    if node.op is Op.CONST:
         return float(node.attr)
-    if node.op == "neg" and node.args[0].op == "const":
+    if node.op is Op.NEG and node.args[0].op is Op.CONST:
         return -float(node.args[0].attr)
     return None
 
@@ -59,7 +59,7 @@ def check_ensure(sc, st: A.Ensure) -> Ensure | None:
     x = on = None
     if wants_x:
         x = sc.name(st.x, st.span)
-        if x is not POISON and not (x.op == "ref" and x.attr[0] == "input" and x.ty.kind == "num"):
+        if x is not POISON and not (x.op is Op.REF and x.attr[0] == "input" and x.ty.kind == "num"):
             sc.error("E702", f"shorter_not_worse compares rollouts by a numeric input; {st.x!r} is not one", st.span)
         on = sc.expr(st.on) if st.on is not None else None  # None: every rollout of the group
         if on is not None and on.ty is not POISON and (on.ty.kind != "bool" or on.ty.items):

@@ -15,7 +15,7 @@ from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
 from .shared import BAD, MAX_EXACT_INT, finite_const, suggest
 from .imports import bound_name
-from ..ir.nodes import LEVEL_NAMES, POISON, Node, ParamSpec, PipelineIR, ShaperIR
+from ..ir.nodes import LEVEL_NAMES, Node, Op, POISON, ParamSpec, PipelineIR, ShaperIR
 from ..ir.depth import deep_expressions
 from .ordering import stage_order
 from .statements import ShaperChecker
@@ -29,7 +29,7 @@ class Checker:
     # ------------------------------------------------------------ diagnostics
     def error(self, code: str, message: str, span: Span) -> Node:
         self.diags.append(Diagnostic(code, message, span))
-        return Node("poison", (), POISON, span=span)
+        return Node(Op.POISON, (), POISON, span=span)
 
     # ------------------------------------------------------------ module
     def module(self, mod: A.Module, source: str, filename: str) -> "CheckedModule":

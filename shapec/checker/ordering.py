@@ -9,7 +9,7 @@ from ..syntax import ast as A
 from . import contracts as C
 from .shared import BOOL, INF, memoised
 from ..ir.intervals import arith, bounds_call
-from ..ir.nodes import UNITS, Node
+from ..ir.nodes import Node, Op, UNITS
 
 # reductions whose value is one of, or between, the values reduced
 SELECTING = frozenset({"min", "max", "mean", "median", "quantile", "nth_largest"})
@@ -98,7 +98,7 @@ class OrderingPass:
         return produces
 
     def defn(self, node: Node) -> Node | None:
-        if node.op == "ref" and node.attr[0] == "var":
+        if node.op is Op.REF and node.attr[0] == "var":
             b = self.env.get(node.attr[1])
             return b.defn if b else None
         return None
@@ -111,11 +111,11 @@ class OrderingPass:
         d = self.defn(node)
         if d is not None:
             return self.implies_positive(d)
-        if node.op == "and":
+        if node.op is Op.AND:
             return any(self.implies_positive(a) for a in node.args)
-        if node.op == "cmp":
+        if node.op is Op.CMP:
             a, b = node.args
-            if a.op == "ref" and a.attr == ("builtin", "reward") and b.op == "const":
+            if a.op is Op.REF and a.attr == ("builtin", "reward") and b.op is Op.CONST:
                 return (node.attr in ("==", ">=") and b.attr > 0) or (node.attr == ">" and b.attr >= 0)
         return False
 
@@ -133,7 +133,7 @@ class OrderingPass:
             if id(n) in visited:
                 continue
             visited.add(id(n))
-            if n.op == "ref" and n.attr[0] == "param":
+            if n.op is Op.REF and n.attr[0] == "param":
                 sp = self.params[n.attr[1]]
                 if sp.kind in ("int", "float") and (sp.lo is None or sp.hi is None):
                     names[sp.name] = None
@@ -150,9 +150,9 @@ class OrderingPass:
         op = node.op
         if node.ty.kind == BOOL:
             return 0.0, 1.0
-        if op == "const":
+        if op is Op.CONST:
             return float(node.attr), float(node.attr)
-        if op == "ref":
+        if op is Op.REF:
             ns, name = node.attr
             if ns == "param":
                 sp = self.params[name]
@@ -163,12 +163,12 @@ class OrderingPass:
                 return 0.0, INF  # lengths are validated >= 0 when a batch is read
             d = self.defn(node)
             return self.range(d) if d is not None else (-INF, INF)
-        if op == "reduce" and node.attr[0] in SELECTING:
+        if op is Op.REDUCE and node.attr[0] in SELECTING:
             return self.range(node.args[0])  # present only over a non-empty selection of its values
-        if op == "neg":
+        if op is Op.NEG:
             lo, hi = self.range(node.args[0])
             return -hi, -lo
-        if op == "bin":
+        if op is Op.BIN:
             (a, b), (c, d) = self.range(node.args[0]), self.range(node.args[1])
             simple = arith(node.attr, (a, b), (c, d))
             related = C.ratio_bounds(self, node)
@@ -184,7 +184,7 @@ class OrderingPass:
             if node.attr == "**" and a >= 0 and b <= 1 and c >= 0:
                 return 0.0, 1.0
             return -INF, INF
-        if op == "call":
+        if op is Op.CALL:
             fn = node.attr
             rs = [self.range(x) for x in node.args]
             known = bounds_call(fn, rs)
@@ -203,10 +203,10 @@ class OrderingPass:
             if fn == "band":
                 return 0.0, 1.0
             return -INF, INF
-        if op == "band":
+        if op is Op.BAND:
             return 0.0, 1.0
-        if op in ("cond", "fallback"):
-            branches = node.args[1:] if op == "cond" else node.args
+        if op in (Op.COND, Op.FALLBACK):
+            branches = node.args[1:] if op is Op.COND else node.args
             rs = [self.range(x) for x in branches]
             return min(r[0] for r in rs), max(r[1] for r in rs)
         return -INF, INF

@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..syntax import ast as A
 from ..syntax.source import Span
 from .shared import BAD, BOOL, INF, MAX_EXACT_INT, NUM, Binding, finite_const, suggest
-from ..ir.nodes import GROUP, PARAM, POISON, ROLLOUT, UNITS, MetaSpec, Node, ParamSpec, Type
+from ..ir.nodes import GROUP, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS
 
@@ -26,8 +26,8 @@ class ScopesPass:
             ("env_reward", Type(NUM, ROLLOUT)),
             ("group_size", Type(NUM, GROUP)),
         ):
-            self.env[name] = Binding(Node("ref", (), ty, ("builtin", name)), "builtin")
-        self.env["pi"] = Binding(Node("const", (), Type(NUM), math.pi), "builtin")
+            self.env[name] = Binding(Node(Op.REF, (), ty, ("builtin", name)), "builtin")
+        self.env["pi"] = Binding(Node(Op.CONST, (), Type(NUM), math.pi), "builtin")
 
     def define(self, name: str, node: Node, kind: str, span: Span, defn: Node | None = None) -> bool:
         if name in self.env:
@@ -38,7 +38,7 @@ class ScopesPass:
 
     def poisoned(self, name: str, span: Span):
         """A declaration whose type is unknown binds its name to poison: its uses report nothing more."""
-        self.env.setdefault(name, Binding(Node("poison", (), POISON, span=span), "poison"))
+        self.env.setdefault(name, Binding(Node(Op.POISON, (), POISON, span=span), "poison"))
 
     def value_type(self, typ: str, span: Span) -> Type:
         if typ == "bool":
@@ -76,11 +76,11 @@ class ScopesPass:
         self.params[prm.name] = spec
         if kind == "band":
             ty = Type("band", PARAM, maybe_missing=t.optional)
-            node = Node("bandref", (), ty, ("param", prm.name), prm.span)
+            node = Node(Op.BANDREF, (), ty, ("param", prm.name), prm.span)
         elif kind == "enum":
-            node = Node("ref", (), Type("enum", PARAM, members=t.members), ("param", prm.name), prm.span)
+            node = Node(Op.REF, (), Type("enum", PARAM, members=t.members), ("param", prm.name), prm.span)
         else:
-            node = Node("ref", (), Type(BOOL if kind == "bool" else NUM, PARAM, unit, maybe_missing=t.optional),
+            node = Node(Op.REF, (), Type(BOOL if kind == "bool" else NUM, PARAM, unit, maybe_missing=t.optional),
                         ("param", prm.name), prm.span)
         self.env[prm.name] = Binding(node, "param")
 
@@ -105,16 +105,16 @@ class ScopesPass:
             self.error("E302", f"param {name!r} is an int; its bounds are whole numbers within "
                        f"+-{MAX_EXACT_INT} (2**53)", c.span)
             return none
-        if c.op == "in":
+        if c.operator == "in":
             if not a <= b:
                 self.error("E602", f"the range [{a:g}, {b:g}] of param {name!r} holds no value", c.span)
                 return none
             return a, False, b, False
-        if c.op in (">=", ">"):
-            return a, c.op == ">", None, False
-        if c.op in ("<=", "<"):
-            return None, False, a, c.op == "<"
-        self.error("E302", f"a param bound uses >=, >, <=, < or in [lo, hi], not {c.op!r}", c.span)
+        if c.operator in (">=", ">"):
+            return a, c.operator == ">", None, False
+        if c.operator in ("<=", "<"):
+            return None, False, a, c.operator == "<"
+        self.error("E302", f"a param bound uses >=, >, <=, < or in [lo, hi], not {c.operator!r}", c.span)
         return none
 
     def meta(self, st: A.Meta) -> MetaSpec | None:
@@ -137,7 +137,7 @@ class ScopesPass:
     def name(self, name: str, span: Span) -> Node:
         if name == "shaped":
             if self.metric_ctx:
-                return Node("ref", (), Type(NUM, ROLLOUT), ("builtin", "shaped"), span)
+                return Node(Op.REF, (), Type(NUM, ROLLOUT), ("builtin", "shaped"), span)
             return self.error("E201", "`shaped` (the shaper's output) is only visible in metrics", span)
         b = self.env.get(name)
         if b is None:
@@ -154,10 +154,10 @@ class ScopesPass:
 
     def meta_value(self, path: str, typ: str, span: Span) -> Node:
         if typ == "band":
-            return Node("bandref", (), Type("band", GROUP, maybe_missing=True), ("meta", path), span)
+            return Node(Op.BANDREF, (), Type("band", GROUP, maybe_missing=True), ("meta", path), span)
         kind = BOOL if typ == "bool" else NUM
         unit = typ if typ in UNITS else None
-        return Node("ref", (), Type(kind, GROUP, unit, maybe_missing=True), ("meta", path), span)
+        return Node(Op.REF, (), Type(kind, GROUP, unit, maybe_missing=True), ("meta", path), span)
 
     def inline(self, e: A.Call, fn: A.FnDef) -> Node:
         if fn.name in self.fn_stack:
@@ -166,7 +166,7 @@ class ScopesPass:
             return self.error("E204", f"{fn.name}() takes {len(fn.params)} arguments, got {len(e.args)}", e.span)
         args = {p: self.expr(a.value) for p, a in zip(fn.params, e.args)}
         if any(a.ty is POISON for a in args.values()):
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         saved = {p: self.env.get(p) for p in fn.params}
         self.fn_stack.append(fn.name)
         try:
@@ -186,16 +186,16 @@ class ScopesPass:
             return self.error("E201", "skipped(...) is only visible in metrics", e.span)
         if len(e.args) != 1 or not isinstance(e.args[0].value, A.String):
             return self.error("E204", 'skipped() takes one reason, as a string: skipped("non_binary")', e.span)
-        return Node("skipped", (), Type(BOOL, ROLLOUT), e.args[0].value.value, e.span)
+        return Node(Op.SKIPPED, (), Type(BOOL, ROLLOUT), e.args[0].value.value, e.span)
 
     def _uses_group(self, node: Node) -> bool:
         return self.group_free(node) is None
 
     def skip_free(self, node: Node) -> Node | None:
         """A skip condition with rollout-level lets and gates inlined; None if it reads group results."""
-        if node.op == "ref" and node.attr[0] == "var":
+        if node.op is Op.REF and node.attr[0] == "var":
             return self.group_free(node)
-        if node.op == "reduce":
+        if node.op is Op.REDUCE:
             args = [self.group_free(a) for a in node.args]
             return None if any(a is None for a in args) else replace(node, args=tuple(args))
         args = [self.skip_free(a) for a in node.args]
@@ -207,9 +207,9 @@ class ScopesPass:
         Batch reductions and skips run before the group loop, so whatever they read must be
         computable from inputs, channels, the reward and params alone.
         """
-        if node.op == "reduce" or (node.op == "ref" and node.ty.level == GROUP):
+        if node.op is Op.REDUCE or (node.op is Op.REF and node.ty.level == GROUP):
             return None
-        if node.op == "ref" and node.attr[0] == "var":
+        if node.op is Op.REF and node.attr[0] == "var":
             b = self.env.get(node.attr[1])
             if b is None or b.kind == "channel":
                 return node

@@ -43,10 +43,10 @@ def const_num(e: A.Expr) -> float | None:
     match e:
         case A.Number(value=v):
             return float(v)
-        case A.Unary(op="-", operand=x):
+        case A.Unary(operator="-", operand=x):
             v = const_num(x)
             return None if v is None else -v
-        case A.Binary(op=op, left=l, right=r) if op in "+-*/":
+        case A.Binary(operator=op, left=l, right=r) if op in "+-*/":
             a, b = const_num(l), const_num(r)
             if a is None or b is None or (op == "/" and b == 0):
                 return None

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from .shared import BAD, BOOL, NUM, Binding, finite_const
-from ..ir.nodes import BATCH, GROUP, PARAM, POISON, ROLLOUT, Node, ParamSpec, ShaperIR, Step, Type
+from ..ir.nodes import BATCH, GROUP, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, ShaperIR, Step, Type
 from .ordering import CONTRACTS, OrderingPass
 from .scopes import ScopesPass
 from .types import TypesPass
@@ -79,13 +79,13 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     ty = self.value_type(typ, st.span)
                     if ty is POISON:
                         self.poisoned(name, st.span)
-                    elif self.define(name, Node("ref", (), replace(ty, level=ROLLOUT), ("input", name), st.span), "input", st.span):
+                    elif self.define(name, Node(Op.REF, (), replace(ty, level=ROLLOUT), ("input", name), st.span), "input", st.span):
                         inputs.append((name, typ))
                 case A.Meta(name=name):
                     spec = self.meta(st)
                     if spec is not None and name not in self.env:
                         metas.append(spec)
-                        self.env[name] = Binding(Node("meta", (), Type("meta"), spec, st.span), "meta")
+                        self.env[name] = Binding(Node(Op.META, (), Type("meta"), spec, st.span), "meta")
                     elif spec is not None:
                         self.error("E202", f"{name!r} is already defined", st.span)
                     else:
@@ -98,21 +98,21 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                                        f"(got a {node.ty.describe()})", e.span)
                         elif node.ty.kind != NUM:
                             self.error("E302", f"channel {name!r} must be a number", e.span)
-                    if self.define(name, Node("ref", (), node.ty, ("var", name), st.span), "channel", st.span, node):
+                    if self.define(name, Node(Op.REF, (), node.ty, ("var", name), st.span), "channel", st.span, node):
                         channels.append((name, node))
                 case A.Let(name=name, expr=e):
                     node = self.expr(e)
                     if node.ty.kind == "band":
                         self.define(name, node, "let", st.span, node)
                         continue
-                    if self.define(name, Node("ref", (), node.ty, ("var", name), st.span), "let", st.span, node):
+                    if self.define(name, Node(Op.REF, (), node.ty, ("var", name), st.span), "let", st.span, node):
                         step = Step("let", name, node)
                         (batch_steps if node.ty.level == BATCH else steps).append(step)
                 case A.Gate(name=name, expr=e):
                     node = self.expr(e)
                     self.expect_bool(node, e.span, "a gate")
                     ty = replace(node.ty, kind=BOOL) if node.ty is not POISON else node.ty
-                    if self.define(name, Node("ref", (), ty, ("var", name), st.span), "gate", st.span, node):
+                    if self.define(name, Node(Op.REF, (), ty, ("var", name), st.span), "gate", st.span, node):
                         step = Step("gate", name, node)
                         if ty.level == BATCH:
                             batch_steps.append(step)
@@ -133,7 +133,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                         checked.append((r.verdict, r.reason, when))
                     level = max([GROUP] + [w.ty.level for _, _, w in checked if w is not None and w.ty is not POISON])
                     ty = Type(BOOL, min(level, GROUP))
-                    if self.define(name, Node("ref", (), ty, ("var", name), st.span), "gate", st.span):
+                    if self.define(name, Node(Op.REF, (), ty, ("var", name), st.span), "gate", st.span):
                         steps.append(Step("gaterules", name, rules=tuple(checked)))
                         reasons = []
                         for _, reason, _ in checked:
@@ -156,7 +156,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                 case A.Term(name=name, expr=e, on=on, when=when):
                     node, on_n, when_n = self.applied(e, on, when, "term")
                     order.append(("term", st.span))
-                    if self.define(name, Node("ref", (), Type(NUM, ROLLOUT), ("var", name), st.span), "term", st.span, node):
+                    if self.define(name, Node(Op.REF, (), Type(NUM, ROLLOUT), ("var", name), st.span), "term", st.span, node):
                         terms.append(name)
                         steps.append(Step("term", name, node, on_n, when_n))
                 case A.Factor(name=name, expr=e, on=on, when=when):
@@ -171,7 +171,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                             self.error("E503", f"factor {name!r} is not provably within [0, 1] "
                                        f"(it may range over [{lo:g}, {hi:g}]); use a band, a clip "
                                        f"or a power with a non-positive exponent of a value >= 1{hint}", e.span)
-                    if self.define(name, Node("ref", (), Type(NUM, ROLLOUT), ("var", name), st.span), "factor", st.span, node):
+                    if self.define(name, Node(Op.REF, (), Type(NUM, ROLLOUT), ("var", name), st.span), "factor", st.span, node):
                         factors.append((name, on_n, st.span))
                         steps.append(Step("factor", name, node, on_n, when_n))
                 case A.Clamp(lo=lo_e, on=on, when=when):
@@ -190,7 +190,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     elif value is None:
                         self.error("E308", f"state {name!r} needs a constant initial value", init.span)
                         value = 0.0
-                    ref = Node("ref", (), Type(NUM, BATCH), ("state", name), st.span)
+                    ref = Node(Op.REF, (), Type(NUM, BATCH), ("state", name), st.span)
                     if self.define(name, ref, "state", st.span):
                         node = self.expr(upd)
                         if node.ty is not POISON and (node.ty.level > BATCH or node.ty.kind != NUM):

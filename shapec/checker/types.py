@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..syntax import ast as A
 from ..syntax.source import Span
 from .shared import BAD, BOOL, NUM, finite_const, suggest
-from ..ir.nodes import BATCH, CONST, GROUP, POISON, ROLLOUT, UNITS, MetaSpec, Node, Type
+from ..ir.nodes import BATCH, CONST, GROUP, MetaSpec, Node, Op, POISON, ROLLOUT, Type, UNITS
 
 REDUCTIONS = {
     # name: (needs bool arg, result kind, keeps unit, may be missing, extra args, rollout-valued)
@@ -91,27 +91,27 @@ class TypesPass:
     def expr(self, e: A.Expr) -> Node:
         match e:
             case A.Number(value=v):
-                return Node("const", (), Type(NUM, CONST, "lit"), float(v), e.span)
+                return Node(Op.CONST, (), Type(NUM, CONST, "lit"), float(v), e.span)
             case A.Bool(value=v):
-                return Node("const", (), Type(BOOL, CONST), 1.0 if v else 0.0, e.span)
+                return Node(Op.CONST, (), Type(BOOL, CONST), 1.0 if v else 0.0, e.span)
             case A.String(value=v):
-                return Node("str", (), Type("str"), v, e.span)
+                return Node(Op.STR, (), Type("str"), v, e.span)
             case A.Name(id=name):
                 return self.name(name, e.span)
             case A.GetAttr():
                 return self.getattr(e)
-            case A.Unary(op="-", operand=x):
+            case A.Unary(operator="-", operand=x):
                 n = self.expr(x)
                 if n.ty is POISON:
                     return n
                 self.expect_num(n, x.span, "the operand of '-'")
-                return Node("neg", (n,), n.ty, span=e.span)
-            case A.Unary(op="not", operand=x):
+                return Node(Op.NEG, (n,), n.ty, span=e.span)
+            case A.Unary(operator="not", operand=x):
                 n = self.expr(x)
                 if n.ty is POISON:
                     return n
                 self.expect_bool(n, x.span, "the operand of 'not'")
-                return Node("not", (n,), n.ty, span=e.span)
+                return Node(Op.NOT, (n,), n.ty, span=e.span)
             case A.Binary():
                 return self.binary(e)
             case A.Cond(test=t, then=a, orelse=b):
@@ -121,16 +121,16 @@ class TypesPass:
             case A.BandLit(a=a, b=b, f=f):
                 parts = [self.expr(x) for x in (a, b, f)]
                 if any(p.ty is POISON for p in parts):
-                    return Node("poison", (), POISON, span=e.span)
+                    return Node(Op.POISON, (), POISON, span=e.span)
                 consts = [finite_const(x, self.error) for x in (a, b, f)]
                 if BAD in consts or (None not in consts and not self.p.check_band(*consts, e.span)):
-                    return Node("poison", (), POISON, span=e.span)
+                    return Node(Op.POISON, (), POISON, span=e.span)
                 lv = self.combine(*(p.ty for p in parts), span=e.span)
                 if lv is None:
-                    return Node("poison", (), POISON, span=e.span)
+                    return Node(Op.POISON, (), POISON, span=e.span)
                 if lv[0] > GROUP:
                     return self.error("E303", "a band is per group; its a, b and f cannot be per rollout", e.span)
-                return Node("bandlit", tuple(parts), Type("band", lv[0], maybe_missing=lv[2]), span=e.span)
+                return Node(Op.BANDLIT, tuple(parts), Type("band", lv[0], maybe_missing=lv[2]), span=e.span)
         raise TypeError(f"checker: unknown expression {type(e).__name__}")
 
     def getattr(self, e: A.GetAttr) -> Node:
@@ -146,7 +146,7 @@ class TypesPass:
             if spec.kind == "record":
                 return self.meta_value(path, typ, e.span)
             kind = BOOL if typ == "bool" else NUM
-            return Node("ref", (), Type(kind, ROLLOUT, typ if typ in UNITS else None, items=spec.name),
+            return Node(Op.REF, (), Type(kind, ROLLOUT, typ if typ in UNITS else None, items=spec.name),
                         ("item", path), e.span)
         if isinstance(e.obj, A.Name) and e.obj.id == "batch":
             return self.error("E302", "batch reductions are called: batch.mean(x), batch.count(mask), ...", e.span)
@@ -160,33 +160,33 @@ class TypesPass:
     def band_field(self, band: Node, e: A.GetAttr) -> Node:
         if e.attr not in ("a", "b", "f"):
             return self.error("E208", f"a band has fields a, b and f, not {e.attr!r}", e.span)
-        return Node("bandfield", (band,), Type(NUM, band.ty.level, "lit", maybe_missing=band.ty.maybe_missing),
+        return Node(Op.BANDFIELD, (band,), Type(NUM, band.ty.level, "lit", maybe_missing=band.ty.maybe_missing),
                     e.attr, e.span)
 
     def binary(self, e: A.Binary) -> Node:
-        op = e.op
+        op = e.operator
         a, b = self.expr(e.left), self.expr(e.right)
         if a.ty is POISON or b.ty is POISON:
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         if op in ("and", "or"):
             self.expect_bool(a, e.left.span, f"the left side of '{op}'")
             self.expect_bool(b, e.right.span, f"the right side of '{op}'")
             lv = self.combine(a.ty, b.ty, span=e.span)
             if lv is None:
-                return Node("poison", (), POISON, span=e.span)
-            return Node(op, (a, b), Type(BOOL, lv[0], items=lv[1], maybe_missing=lv[2]), span=e.span)
+                return Node(Op.POISON, (), POISON, span=e.span)
+            return Node(Op(op), (a, b), Type(BOOL, lv[0], items=lv[1], maybe_missing=lv[2]), span=e.span)
         if op == "??":
             if a.ty.kind != b.ty.kind and not {a.ty.kind, b.ty.kind} <= {NUM}:
                 return self.error("E302", f"both sides of '??' must have the same type ({a.ty.kind} vs {b.ty.kind})", e.span)
             lv = self.combine(a.ty, b.ty, span=e.span)
             if lv is None:
-                return Node("poison", (), POISON, span=e.span)
+                return Node(Op.POISON, (), POISON, span=e.span)
             if a.ty.kind == "band":
-                return Node("bandfallback", (a, b), Type("band", lv[0], maybe_missing=b.ty.maybe_missing), span=e.span)
+                return Node(Op.BANDFALLBACK, (a, b), Type("band", lv[0], maybe_missing=b.ty.maybe_missing), span=e.span)
             unit = self.unify_units(a.ty, b.ty, e.span, "fall back between")
             if isinstance(unit, Node):
                 return unit
-            return Node("fallback", (a, b), Type(a.ty.kind, lv[0], unit, lv[1], b.ty.maybe_missing), span=e.span)
+            return Node(Op.FALLBACK, (a, b), Type(a.ty.kind, lv[0], unit, lv[1], b.ty.maybe_missing), span=e.span)
         if op in ("==", "!=", "<", "<=", ">", ">="):
             return self.compare(e, op, a, b)
         # arithmetic
@@ -196,7 +196,7 @@ class TypesPass:
                                   f"{self.number_hint(n, side)}", side.span)
         lv = self.combine(a.ty, b.ty, span=e.span)
         if lv is None:
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         ua, ub = a.ty.unit, b.ty.unit
         if op in "+-":
             unit = self.unify_units(a.ty, b.ty, e.span, "add" if op == "+" else "subtract")
@@ -220,7 +220,7 @@ class TypesPass:
             unit = "lit" if ua == ub == "lit" else None
         if isinstance(unit, Node):
             return unit
-        return Node("bin", (a, b), Type(NUM, lv[0], unit, lv[1], lv[2]), op, e.span)
+        return Node(Op.BIN, (a, b), Type(NUM, lv[0], unit, lv[1], lv[2]), op, e.span)
 
     def number_hint(self, n: Node, e: A.Expr) -> str:
         """How to turn a boolean into a number: count it over the group, or 1/0 per rollout."""
@@ -237,47 +237,47 @@ class TypesPass:
     def compare(self, e, op, a, b) -> Node:
         lv = self.combine(a.ty, b.ty, span=e.span)
         if lv is None:
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         ty = Type(BOOL, lv[0], items=lv[1], maybe_missing=lv[2])
         if a.ty.kind == "enum" or b.ty.kind == "enum":
             enum_n, other = (a, b) if a.ty.kind == "enum" else (b, a)
             if op not in ("==", "!="):
                 return self.error("E302", "enums compare with == and != only", e.span)
-            if other.op == "str":
+            if other.op is Op.STR:
                 if other.attr not in enum_n.ty.members:
                     return self.error("E307", f"{other.attr!r} is not one of {', '.join(enum_n.ty.members)}", other.span)
-                other = Node("const", (), Type(NUM), float(enum_n.ty.members.index(other.attr)), other.span)
+                other = Node(Op.CONST, (), Type(NUM), float(enum_n.ty.members.index(other.attr)), other.span)
             elif other.ty.kind != "enum" or other.ty.members != enum_n.ty.members:
                 return self.error("E302", "an enum compares with one of its members, written as a string", e.span)
-            return Node("cmp", (enum_n, other), ty, op, e.span)
-        if a.op == "str" or b.op == "str":
+            return Node(Op.CMP, (enum_n, other), ty, op, e.span)
+        if a.op is Op.STR or b.op is Op.STR:
             return self.error("E302", "strings only compare with enum params", e.span)
         if a.ty.kind == BOOL and b.ty.kind == BOOL and op in ("==", "!="):
-            return Node("cmp", (a, b), ty, op, e.span)
+            return Node(Op.CMP, (a, b), ty, op, e.span)
         for n in (a, b):
             if n.ty.kind != NUM:
                 return self.error("E302", f"cannot compare a {n.ty.kind} with '{op}'", n.span)
         unit = self.unify_units(a.ty, b.ty, e.span, "compare")
         if isinstance(unit, Node):
             return unit
-        return Node("cmp", (a, b), ty, op, e.span)
+        return Node(Op.CMP, (a, b), ty, op, e.span)
 
     def cond(self, e, t, a, b) -> Node:
         tn, an, bn = self.expr(t), self.expr(a), self.expr(b)
         if POISON in (tn.ty, an.ty, bn.ty):
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         self.expect_bool(tn, t.span, "the condition of '?'")
         if an.ty.kind != bn.ty.kind:
             return self.error("E302", f"both branches of '?' must have the same type ({an.ty.kind} vs {bn.ty.kind})", e.span)
         lv = self.combine(tn.ty, an.ty, bn.ty, span=e.span)
         if lv is None:
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         if an.ty.kind == "band":
-            return Node("bandcond", (tn, an, bn), Type("band", lv[0], maybe_missing=lv[2]), span=e.span)
+            return Node(Op.BANDCOND, (tn, an, bn), Type("band", lv[0], maybe_missing=lv[2]), span=e.span)
         unit = self.unify_units(an.ty, bn.ty, e.span, "choose between") if an.ty.kind == NUM else None
         if isinstance(unit, Node):
             return unit
-        return Node("cond", (tn, an, bn), Type(an.ty.kind, lv[0], unit, lv[1], lv[2], an.ty.members), span=e.span)
+        return Node(Op.COND, (tn, an, bn), Type(an.ty.kind, lv[0], unit, lv[1], lv[2], an.ty.members), span=e.span)
 
     def call(self, e: A.Call) -> Node:
         f = e.func
@@ -309,7 +309,7 @@ class TypesPass:
         mask = self.expr(first.where) if first.where is not None else None
         extras = [self.expr(a.value) for a in e.args[1:]]
         if arg.ty is POISON or (mask is not None and mask.ty is POISON) or any(x.ty is POISON for x in extras):
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         if needs_bool:
             self.expect_bool(arg, first.value.span, f"the argument of {name}()")
         elif arg.ty.kind != NUM:
@@ -327,14 +327,14 @@ class TypesPass:
                 return self.error("E303", f"the extra argument of {name}() must be a number per group or less",
                                   a.value.span)
         if mask is None:
-            mask = Node("const", (), Type(BOOL, ROLLOUT, items=arg.ty.items), 1.0, first.span)
+            mask = Node(Op.CONST, (), Type(BOOL, ROLLOUT, items=arg.ty.items), 1.0, first.span)
         unit = arg.ty.unit if keeps_unit else None
         if rollout_valued:
             ty = Type(kind, ROLLOUT, unit, arg.ty.items, True)
         else:
             level = max([GROUP] + [x.ty.level for x in extras])
             ty = Type(kind, level, unit, None, missing or arg.ty.maybe_missing)
-        return Node("reduce", (arg, mask, *extras), ty, (name, arg.ty.items or ""), e.span)
+        return Node(Op.REDUCE, (arg, mask, *extras), ty, (name, arg.ty.items or ""), e.span)
 
     def batch_reduce(self, e: A.Call, name: str) -> Node:
         if name not in BATCH_REDUCTIONS:
@@ -345,7 +345,7 @@ class TypesPass:
         arg = self.expr(first.value)
         mask = self.expr(first.where) if first.where is not None else None
         if arg.ty is POISON or (mask is not None and mask.ty is POISON):
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         for n, span in ((arg, first.value.span), (mask, first.where.span if first.where else None)):
             if n is not None and n.ty.items:
                 return self.error("E306", "batch reductions range over rollouts, not metadata items", span)
@@ -364,10 +364,10 @@ class TypesPass:
         if mask is not None and mask.ty.kind != BOOL:
             return self.error("E304", "`where` needs a boolean", first.where.span)
         if mask is None:
-            mask = Node("const", (), Type(BOOL, ROLLOUT), 1.0, first.span)
+            mask = Node(Op.CONST, (), Type(BOOL, ROLLOUT), 1.0, first.span)
         kind = BOOL if name in ("any", "all") else NUM
         unit = arg.ty.unit if name in ("sum", "min", "max", "mean") else None
-        return Node("breduce", (arg, mask), Type(kind, BATCH, unit, maybe_missing=name in ("mean", "min", "max")),
+        return Node(Op.BREDUCE, (arg, mask), Type(kind, BATCH, unit, maybe_missing=name in ("mean", "min", "max")),
                     name, e.span)
 
     def elementwise(self, e: A.Call, name: str) -> Node:
@@ -379,20 +379,20 @@ class TypesPass:
             return self.error("E204", f"{name}() takes {want} arguments, got {len(e.args)}", e.span)
         args = [self.expr(a.value) for a in e.args]
         if any(a.ty is POISON for a in args):
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         lv = self.combine(*(a.ty for a in args), span=e.span)
         if lv is None:
-            return Node("poison", (), POISON, span=e.span)
+            return Node(Op.POISON, (), POISON, span=e.span)
         level, items, missing = lv
         if name in ("missing", "present"):
-            return Node("call", tuple(args), Type(BOOL, level, items=items), name, e.span)
+            return Node(Op.CALL, tuple(args), Type(BOOL, level, items=items), name, e.span)
         if name == "band":
             x, b = args
             if x.ty.kind != NUM:
                 return self.error("E302", "band() takes a length first", e.args[0].span)
             if b.ty.kind != "band":
                 return self.error("E302", f"band() takes a band {{a, b, f}} second, not a {b.ty.kind}", e.args[1].span)
-            return Node("band", (x, b), Type(NUM, level, None, items, missing), span=e.span)
+            return Node(Op.BAND, (x, b), Type(NUM, level, None, items, missing), span=e.span)
         for a, src in zip(args, e.args):
             if a.ty.kind != NUM:
                 return self.error("E302", f"{name}() takes numbers, not a {a.ty.kind}", src.span)
@@ -411,4 +411,4 @@ class TypesPass:
             if args[0].ty.unit not in (None, "lit"):
                 return self.error("E301", f"{name}() needs a plain number; this is in {args[0].ty.unit} "
                                   "(divide by a reference length first)", e.args[0].span)
-        return Node("call", tuple(args), Type(NUM, level, unit, items, missing), name, e.span)
+        return Node(Op.CALL, tuple(args), Type(NUM, level, unit, items, missing), name, e.span)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..ir.nodes import ShaperIR, steps_nodes, walk
+from ..ir.nodes import Op, ShaperIR, steps_nodes, walk
 from .lowering.names import Namer
 
 
@@ -53,15 +53,15 @@ def plan_arguments(ir: ShaperIR, namer: Namer, parallel: bool) -> ArgumentPlan:
     metas, bands, lists = [], [], []
     for node in steps_nodes(ir):
         for n in walk(node):
-            if n.op == "ref" and n.attr[0] == "meta" and n.attr[1] not in metas:
+            if n.op is Op.REF and n.attr[0] == "meta" and n.attr[1] not in metas:
                 metas.append(n.attr[1])
-            elif n.op == "bandref" and n.attr[0] == "meta" and n.attr[1] not in bands:
+            elif n.op is Op.BANDREF and n.attr[0] == "meta" and n.attr[1] not in bands:
                 bands.append(n.attr[1])
-            elif n.op == "ref" and n.attr[0] == "item":
+            elif n.op is Op.REF and n.attr[0] == "item":
                 lst = n.attr[1].split(".", 1)[0]
                 if lst not in lists:
                     lists.append(lst)
-            elif n.op == "reduce" and n.attr[1] and n.attr[1] not in lists:
+            elif n.op is Op.REDUCE and n.attr[1] and n.attr[1] not in lists:
                 lists.append(n.attr[1])
     plan.meta_names.update((p, new("m", p)) for p in metas)
     plan.band_names.update((p, new("bd", p)) for p in bands)
@@ -98,5 +98,5 @@ def plan_arguments(ir: ShaperIR, namer: Namer, parallel: bool) -> ArgumentPlan:
 
 def breakdown_always(ir) -> bool:
     """Whether a metric reads a term or factor: the kernel then always stores the breakdown."""
-    read = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op == "ref" and n.attr[0] == "var"}
+    read = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op is Op.REF and n.attr[0] == "var"}
     return any(v in read for v in (*ir.terms, *ir.factors))

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..ir.partial import ParamValues
 from ..ir.values import k_and, k_cmp, k_or
-from ..ir.nodes import PARAM, Node, ShaperIR, Step
+from ..ir.nodes import Node, Op, PARAM, ShaperIR, Step
 from ..ir.nodes import post_order, steps_nodes, walk
 
 UNKNOWN = None  # a fact the params do not settle: the code stays general there
@@ -48,7 +48,7 @@ UNKNOWN = None  # a fact the params do not settle: the code stays general there
 def _const(value: float, like: Node) -> Node:
     """A literal in place of `like`, with its type: a reduction's element stays at the rollout
     level (both backends broadcast a literal to whatever level its type says)."""
-    return Node("const", (), replace(like.ty, maybe_missing=False), float(value), like.span)
+    return Node(Op.CONST, (), replace(like.ty, maybe_missing=False), float(value), like.span)
 
 
 class Facts:
@@ -64,7 +64,7 @@ class Facts:
         found: dict[tuple, Node] = {}
         for root in steps_nodes(ir):
             for n in walk(root):
-                if n.ty.kind == "bool" and n.ty.level == PARAM and n.op != "const":
+                if n.ty.kind == "bool" and n.ty.level == PARAM and n.op is not Op.CONST:
                     found.setdefault(n.key(), n)
         self.conditions = tuple(found.items())
         self.zeros = tuple(p.name for p in ir.params if p.kind in ("int", "float"))
@@ -134,7 +134,7 @@ class _Folder:
             first = rules[0] if rules else None
             if first is not None and (first[2] is None or _is(first[2], 1.0)):
                 self.known[s.name] = 1.0 if first[0] == "open" else 0.0
-        elif s.kind == "let" and expr is not None and expr.op == "const":
+        elif s.kind == "let" and expr is not None and expr.op is Op.CONST:
             self.known[s.name] = expr.attr
         return replace(s, expr=expr, on=on, when=when, rules=rules)
 
@@ -147,38 +147,38 @@ class _Folder:
         return memo[id(root)]
 
     def node(self, n: Node, memo: dict) -> Node:
-        if n.op != "const" and n.key() in self.decided:
+        if n.op is not Op.CONST and n.key() in self.decided:
             return _const(self.decided[n.key()], n)
         args = tuple(memo[id(a)] for a in n.args)
         op = n.op
-        if op == "ref":
+        if op is Op.REF:
             ns, name = n.attr
             if ns == "param" and name in self.zeros:
                 return _const(0.0, n)
             if ns == "var" and name in self.known:
                 return _const(self.known[name], n)
             return n
-        consts = [a.attr for a in args if a.op == "const" and isinstance(a.attr, float)]
+        consts = [a.attr for a in args if a.op is Op.CONST and isinstance(a.attr, float)]
         whole = len(consts) == len(args) and args
-        if op == "not" and whole:
+        if op is Op.NOT and whole:
             return _const(1.0 - consts[0], n)
-        if op == "cmp" and whole:
+        if op is Op.CMP and whole:
             return _const(float(k_cmp(n.attr, consts[0], consts[1])), n)
-        if op in ("and", "or"):
-            decisive = 0.0 if op == "and" else 1.0
+        if op in (Op.AND, Op.OR):
+            decisive = 0.0 if op is Op.AND else 1.0
             if any(_is(a, decisive) for a in args):
                 return _const(decisive, n)
             if whole:
-                return _const(float((k_and if op == "and" else k_or)(*consts)), n)
-        if op in ("cond", "bandcond") and _is_const(args[0]) and args[0].attr in (0.0, 1.0):
+                return _const(float((k_and if op is Op.AND else k_or)(*consts)), n)
+        if op in (Op.COND, Op.BANDCOND) and _is_const(args[0]) and args[0].attr in (0.0, 1.0):
             return _in_place(args[1] if args[0].attr == 1.0 else args[2], n)  # both: the other is dead
-        if op == "cond" and _same_const(args[1], args[2]) and self._never_missing(args[0]):
+        if op is Op.COND and _same_const(args[1], args[2]) and self._never_missing(args[0]):
             return _const(args[1].attr, n)
         return n if all(a is b for a, b in zip(args, n.args)) else Node(op, args, n.ty, n.attr, n.span)
 
     def _never_missing(self, c: Node) -> bool:
         """A test that is always 0 or 1: a gate-rule block (it stores 0 or 1)."""
-        return c.op == "ref" and c.attr[0] == "var" and c.attr[1] in self.gaterules
+        return c.op is Op.REF and c.attr[0] == "var" and c.attr[1] in self.gaterules
 
 
 def _in_place(branch: Node, cond: Node) -> Node:
@@ -194,7 +194,7 @@ def _in_place(branch: Node, cond: Node) -> Node:
 
 
 def _is_const(n: Node | None) -> bool:
-    return n is not None and n.op == "const" and isinstance(n.attr, float)
+    return n is not None and n.op is Op.CONST and isinstance(n.attr, float)
 
 
 def _is(n: Node | None, value: float) -> bool:

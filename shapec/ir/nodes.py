@@ -7,6 +7,7 @@ propagates, so whatever depends on it fails closed (a term is not applied, a gat
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,42 @@ from ..syntax.source import Span
 CONST, BATCH, PARAM, GROUP, ROLLOUT = 0, 1, 2, 3, 4
 LEVEL_NAMES = {CONST: "constant", BATCH: "batch", PARAM: "param", GROUP: "group", ROLLOUT: "rollout"}
 UNITS = ("tokens", "chars", "seconds", "calls")
+
+
+class Op(enum.Enum):
+    """What a Node computes (its `args` and `attr` are read by this). Compared by identity
+    (`node.op is Op.CMP`); comparing one with a string raises, so a misspelt op fails loudly."""
+
+    CONST = "const"  # attr: the value
+    REF = "ref"  # attr: (namespace, name)
+    NEG = "neg"
+    NOT = "not"
+    BIN = "bin"  # attr: + - * / **
+    CMP = "cmp"  # attr: == != < <= > >=
+    AND = "and"
+    OR = "or"
+    COND = "cond"  # c ? a : b
+    FALLBACK = "fallback"  # a ?? b
+    CALL = "call"  # attr: the builtin's name
+    REDUCE = "reduce"  # attr: (reduction, list name or None); args: value, mask, extras
+    BREDUCE = "breduce"  # attr: reduction over the batch
+    BAND = "band"  # band(x, band)
+    BANDLIT = "bandlit"  # {a, b, f}
+    BANDFIELD = "bandfield"  # attr: a, b or f of a band
+    BANDREF = "bandref"  # attr: (namespace, path) of a band value
+    BANDCOND = "bandcond"  # c ? band : band
+    BANDFALLBACK = "bandfallback"  # band ?? band
+    STR = "str"  # attr: a string literal (enum params compare with it)
+    META = "meta"
+    SKIPPED = "skipped"  # a value a skipped group never computes
+    POISON = "poison"  # the value of an expression that failed to check
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            raise TypeError(f"compare an op with `is Op.{self.name}`, not with the string {other!r}")
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,15 +78,15 @@ POISON = Type("poison")
 
 @dataclass(frozen=True, slots=True)
 class Node:
-    """One typed IR expression. `op` selects the meaning of `args` and `attr`:
+    """One typed IR expression. `op` (an Op) selects the meaning of `args` and `attr`:
 
-    const(attr=value) | ref(attr=(namespace, name)) | neg(x) | not(x) | bin(a, b; attr=op)
-    cmp(a, b; attr=op) | and(a, b) | or(a, b) | cond(c, a, b) | fallback(a, b)
-    call(*args; attr=builtin) | reduce(arg, mask, *extra; attr=(op, over)) | breduce(arg, mask; attr=op)
-    band(x, band) | bandlit(a, b, f) | bandfield(band; attr=field) | bandref(attr=meta path)
+    CONST(attr=value) | REF(attr=(namespace, name)) | NEG(x) | NOT(x) | BIN(a, b; attr=operator)
+    CMP(a, b; attr=operator) | AND(a, b) | OR(a, b) | COND(c, a, b) | FALLBACK(a, b)
+    CALL(*args; attr=builtin) | REDUCE(arg, mask, *extra; attr=(reduction, over)) | BREDUCE(arg, mask; attr=reduction)
+    BAND(x, band) | BANDLIT(a, b, f) | BANDFIELD(band; attr=field) | BANDREF(attr=meta path)
     """
 
-    op: str
+    op: Op
     args: tuple["Node", ...]
     ty: Type
     attr: Any = None

@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .nodes import PARAM, Node, ShaperIR, post_order
+from .nodes import Node, Op, PARAM, ShaperIR, post_order
 from .values import k_and, k_cmp, k_or
 
 Value = np.ndarray | np.float64 | None  # one value per group, one for all groups, or unknown
@@ -43,34 +43,34 @@ class ParamValues:
 
     def _step(self, n: Node, args: list[Value]) -> Value:
         op = n.op
-        if op in ("and", "or"):  # false and anything is false, true or anything is true
-            decisive = 0.0 if op == "and" else 1.0
+        if op in (Op.AND, Op.OR):  # false and anything is false, true or anything is true
+            decisive = 0.0 if op is Op.AND else 1.0
             if any(a is not None and bool(np.all(a == decisive)) for a in args):
                 return np.float64(decisive)
             if any(a is None for a in args):
                 return None
-            return (k_and if op == "and" else k_or)(*args)
-        if op == "ref" and n.attr[0] == "var" and n.attr[1] in self.lets:  # a let is what its expression is
+            return (k_and if op is Op.AND else k_or)(*args)
+        if op is Op.REF and n.attr[0] == "var" and n.attr[1] in self.lets:  # a let is what its expression is
             if n.attr[1] not in self.let_values:
                 self.let_values[n.attr[1]] = self.of(self.lets[n.attr[1]])
             return self.let_values[n.attr[1]]
         if n.ty.level > PARAM or any(a is None for a in args):
             return None
-        if op == "const":
+        if op is Op.CONST:
             return np.float64(n.attr) if isinstance(n.attr, (int, float)) else None
-        if op == "ref":
+        if op is Op.REF:
             namespace, name = n.attr
             if namespace == "param":
                 column = self.column(name)
                 return column if column is not None and column.ndim == 1 else None
             return None
-        if op == "not":
+        if op is Op.NOT:
             return 1.0 - args[0]
-        if op == "neg":
+        if op is Op.NEG:
             return -args[0]
-        if op == "cmp":
+        if op is Op.CMP:
             return k_cmp(n.attr, *args)
-        if op == "cond":
+        if op is Op.COND:
             c, a, b = (np.asarray(x, dtype=np.float64) for x in args)
             return np.where(c == 1, a, np.where(c == 0, b, np.nan))
         return None

@@ -28,6 +28,7 @@ from .layouts import FlatLayout, NemoGymLayout  # noqa: F401  (the CLI reads the
 from .readers import DataError, input_format, open_blocks
 from .spec import ToolError, stage_irs
 from .writers import RejectsWriter, Writer, rejects_path
+from ..ir.nodes import Op
 
 
 # ------------------------------------------------------------------------- shaping a chunk
@@ -182,8 +183,8 @@ class MetricTotals:
         for ir in irs:
             for name, node in ir.metrics:
                 key = name if len(irs) == 1 else f"{ir.name}.{name}"
-                op = node.attr if node.op == "breduce" else "approx"
-                if op == "mean" and not (node.args[1].op == "const" and node.args[1].attr == 1.0):
+                op = node.attr if node.op is Op.BREDUCE else "approx"
+                if op == "mean" and not (node.args[1].op is Op.CONST and node.args[1].attr == 1.0):
                     op = "approx"
                 self.ops[key] = op
         self.values: dict[str, float] = {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.nodes import BATCH, Node, ShaperIR
+from ..ir.nodes import BATCH, Node, Op, ShaperIR
 from ..ir.partial import ParamValues
 
 
@@ -32,19 +32,19 @@ def first_batch_read(ir: ShaperIR, params: dict[str, np.ndarray]) -> Node | None
     always = values.always
 
     def reach(node: Node | None) -> Node | None:
-        if node is None or node.op == "const":
+        if node is None or node.op is Op.CONST:
             return None
         if node.ty.level == BATCH:
             return node
-        if node.op == "ref" and node.attr[0] == "var" and node.attr[1] in defs:
+        if node.op is Op.REF and node.attr[0] == "var" and node.attr[1] in defs:
             return step_reach(defs[node.attr[1]])
         args = node.args
-        if node.op == "cond":
+        if node.op is Op.COND:
             if always(args[0], 1.0):
                 return reach(args[1])
             if always(args[0], 0.0):
                 return reach(args[2])
-        if node.op in ("and", "or") and values.of(node) is not None:
+        if node.op in (Op.AND, Op.OR) and values.of(node) is not None:
             return None
         for a in args:
             found = reach(a)

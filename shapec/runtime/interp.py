@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import BATCH, CONST, GROUP, PARAM, ROLLOUT, Node, ShaperIR, Type
+from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type
 from .batch import Batch
 from ..ir.powers import power
 from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_sum
@@ -75,15 +75,15 @@ class Interpreter:
     # ----------------------------------------------------------- expressions
     def eval(self, node: Node):
         op = node.op
-        if op in ("reduce",):
+        if op in (Op.REDUCE,):
             key = node.key()
             if key not in self.cache:
                 self.cache[key] = self.reduce(node)
             return self.cache[key]
         ty = node.ty
-        if op == "const":
+        if op is Op.CONST:
             return float(node.attr)
-        if op == "ref":
+        if op is Op.REF:
             ns, name = node.attr
             if ns == "param":
                 return self.P[name]
@@ -106,21 +106,21 @@ class Interpreter:
                 return np.diff(self.b.offsets).astype(np.float64)
             if name == "shaped":
                 return self.env["__shaped__"]
-        if op == "neg":
+        if op is Op.NEG:
             return -self.eval(node.args[0])
-        if op == "not":
+        if op is Op.NOT:
             return 1.0 - self.eval(node.args[0])
-        if op == "breduce":
+        if op is Op.BREDUCE:
             return self.batch_reduce(node)
-        if op == "skipped":
+        if op is Op.SKIPPED:
             codes = self.env["__skip_codes__"]
             wanted = self.ir.skip_reasons.index(node.attr) if node.attr in self.ir.skip_reasons else -2
             return (codes[self.gidx] == wanted).astype(np.float64)
-        if op == "bandfield":
+        if op is Op.BANDFIELD:
             band = self.band(node.args[0], ty)
             return band[..., "abf".index(node.attr)]
         args = [self.at(a, ty) if a.ty.kind != "band" else None for a in node.args]
-        if op == "bin":
+        if op is Op.BIN:
             a, b = args
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 if node.attr == "+":
@@ -132,21 +132,21 @@ class Interpreter:
                 if node.attr == "/":
                     return np.true_divide(a, b)
                 return power(a, b)
-        if op == "cmp":
+        if op is Op.CMP:
             return k_cmp(node.attr, *[self.at(a, ty) for a in node.args])
-        if op == "and":
+        if op is Op.AND:
             return k_and(*args)
-        if op == "or":
+        if op is Op.OR:
             return k_or(*args)
-        if op == "cond":
+        if op is Op.COND:
             c, a, b = args
             return np.where(c == 1, a, np.where(c == 0, b, NAN))
-        if op == "fallback":
+        if op is Op.FALLBACK:
             a, b = args
             return np.where(np.isnan(a), b, a)
-        if op == "call":
+        if op is Op.CALL:
             return self.call(node.attr, args)
-        if op == "band":
+        if op is Op.BAND:
             x = args[0]
             band = self.band(node.args[1], ty)
             return band_multiplier(x, band[..., 0], band[..., 1], band[..., 2], band[..., 3])
@@ -155,17 +155,17 @@ class Interpreter:
     def band(self, node: Node, dst: Type) -> np.ndarray:
         """A band value as an array of (a, b, f, present) rows, lifted to dst's shape."""
         op = node.op
-        if op == "bandref":
+        if op is Op.BANDREF:
             ns, name = node.attr
             rows = self.P[name] if ns == "param" else self.b.bands[name]
-        elif op == "bandlit":
+        elif op is Op.BANDLIT:
             parts = [self.at(a, Type("num", max(a.ty.level, PARAM))) for a in node.args]
             rows = np.stack(parts + [np.ones(self.G)], axis=-1)
-        elif op == "bandfallback":
+        elif op is Op.BANDFALLBACK:
             a = self.band(node.args[0], Type("band", GROUP))
             b = self.band(node.args[1], Type("band", GROUP))
             rows = np.where((a[:, 3] == 1)[:, None], a, b)
-        elif op == "bandcond":
+        elif op is Op.BANDCOND:
             c = self.at(node.args[0], Type("num", GROUP))
             a = self.band(node.args[1], Type("band", GROUP))
             b = self.band(node.args[2], Type("band", GROUP))

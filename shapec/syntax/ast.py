@@ -58,14 +58,14 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class Unary:
-    op: str  # "-" or "not"
+    operator: str  # "-" or "not"
     operand: "Expr"
     span: Span = _SPAN
 
 
 @dataclass(frozen=True, slots=True)
 class Binary:
-    op: str  # + - * / ** and or ?? == != < <= > >=
+    operator: str  # + - * / ** and or ?? == != < <= > >=
     left: "Expr"
     right: "Expr"
     span: Span = _SPAN
@@ -101,7 +101,7 @@ class PType:
 
 @dataclass(frozen=True, slots=True)
 class Constraint:
-    op: str  # >= > <= < or "in"
+    operator: str  # >= > <= < or "in"
     lo: Expr
     hi: Expr | None = None
     span: Span = _SPAN

@@ -52,11 +52,11 @@ def _prec(e: A.Expr) -> int:
     match e:
         case A.Cond():
             return 1
-        case A.Binary(op=op):
+        case A.Binary(operator=op):
             return _BINARY_PREC[op]
-        case A.Unary(op="not"):
+        case A.Unary(operator="not"):
             return 4
-        case A.Unary(op="-"):
+        case A.Unary(operator="-"):
             return 9
         case A.GetAttr() | A.Call():
             return 11
@@ -84,15 +84,15 @@ def _expr(e: A.Expr) -> str:
             return f"{expr(obj, 11)}.{attr}"
         case A.Call(func=func, args=args):
             return f"{expr(func, 11)}({', '.join(_arg(a) for a in args)})"
-        case A.Unary(op="not", operand=x):
+        case A.Unary(operator="not", operand=x):
             return f"not {expr(x, 4)}"
-        case A.Unary(op="-", operand=x):
+        case A.Unary(operator="-", operand=x):
             return f"-{expr(x, 9)}"
-        case A.Binary(op="**", left=left, right=right):
+        case A.Binary(operator="**", left=left, right=right):
             return f"{expr(left, 11)} ** {expr(right, 9)}"
-        case A.Binary(op=op, left=left, right=right) if op in _COMPARE:
+        case A.Binary(operator=op, left=left, right=right) if op in _COMPARE:
             return f"{expr(left, 6)} {op} {expr(right, 6)}"
-        case A.Binary(op=op, left=left, right=right):
+        case A.Binary(operator=op, left=left, right=right):
             p = _BINARY_PREC[op]
             return f"{expr(left, p)} {op} {expr(right, p + 1)}"
         case A.Cond(test=test, then=then, orelse=orelse):
@@ -113,7 +113,7 @@ def _param(p: A.Param) -> str:
         text = f"{p.name}: {p.type.name}{'?' if p.type.optional else ''}"
     if p.constraint is not None:
         c = p.constraint
-        text += f" in [{expr(c.lo)}, {expr(c.hi)}]" if c.op == "in" else f" {c.op} {expr(c.lo)}"
+        text += f" in [{expr(c.lo)}, {expr(c.hi)}]" if c.operator == "in" else f" {c.operator} {expr(c.lo)}"
     if p.default is not None:
         text += f" = {expr(p.default)}"
     return text
@@ -121,12 +121,12 @@ def _param(p: A.Param) -> str:
 
 def _chain(e: A.Expr):
     """A left-associative chain at e's precedence: (precedence, operators, operands)."""
-    if not isinstance(e, A.Binary) or e.op in _COMPARE or e.op == "**":
+    if not isinstance(e, A.Binary) or e.operator in _COMPARE or e.operator == "**":
         return None
-    p = _BINARY_PREC[e.op]
+    p = _BINARY_PREC[e.operator]
     ops, operands, node = [], [], e
-    while isinstance(node, A.Binary) and node.op not in _COMPARE and node.op != "**" and _BINARY_PREC[node.op] == p:
-        ops.append(node.op)
+    while isinstance(node, A.Binary) and node.operator not in _COMPARE and node.operator != "**" and _BINARY_PREC[node.operator] == p:
+        ops.append(node.operator)
         operands.append(node.right)
         node = node.left
     operands.append(node)

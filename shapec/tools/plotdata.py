@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import UNITS, Node, ShaperIR
+from ..ir.nodes import Node, Op, ShaperIR, UNITS
 from .explain import describe_gate, fmt_number, gate_verdicts
 from ..run.spec import ToolError, stage_irs
 from .trace import gate_operands, trace
@@ -76,10 +76,10 @@ def negated_only(shaper) -> set[str]:
     polarity: dict[str, set[bool]] = {}
 
     def visit(node: Node, negated: bool) -> None:
-        if node.op == "ref" and node.attr[0] == "input":
+        if node.op is Op.REF and node.attr[0] == "input":
             polarity.setdefault(node.attr[1], set()).add(negated)
         for arg in node.args:
-            visit(arg, not negated if node.op == "not" else negated)
+            visit(arg, not negated if node.op is Op.NOT else negated)
 
     for ir in stage_irs(shaper):
         steps = (*ir.batch_steps, *ir.steps, *ir.skips)
@@ -94,9 +94,9 @@ def negated_only(shaper) -> set[str]:
 def _channel_split(shaper, channel: str, unit: str) -> dict[str, float]:
     """The share of x each input of a derived channel gets: an even split of the inputs it adds up."""
     ir, node = channels_of(shaper)[channel]
-    parts = sorted({n.attr[1] for n in _walk(node) if n.op == "ref" and n.attr[0] == "input"
+    parts = sorted({n.attr[1] for n in _walk(node) if n.op is Op.REF and n.attr[0] == "input"
                     and dict(ir.inputs).get(n.attr[1]) == unit})
-    if not parts or any(n.op == "ref" and n.attr[0] == "input" and n.attr[1] not in parts for n in _walk(node)):
+    if not parts or any(n.op is Op.REF and n.attr[0] == "input" and n.attr[1] not in parts for n in _walk(node)):
         raise ToolError(f"--channel {channel!r}: derived from inputs other than {unit} lengths; "
                         f"sweep one of its inputs instead")
     share = {p: 1.0 / len(parts) for p in parts}
@@ -212,7 +212,7 @@ def _deps(ir: ShaperIR, node: Node, seen: set[str] | None = None) -> tuple[set[s
     metas, params = set(), set()
     lets = {s.name: s.expr for s in (*ir.batch_steps, *ir.steps) if s.kind in ("let", "gate") and s.expr is not None}
     for sub in _walk(node):
-        if sub.op in ("ref", "bandref") and isinstance(sub.attr, tuple):
+        if sub.op in (Op.REF, Op.BANDREF) and isinstance(sub.attr, tuple):
             ns, name = sub.attr
             if ns == "meta":
                 metas.add(name.split(".")[0])

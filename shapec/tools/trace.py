@@ -12,54 +12,54 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.nodes import GROUP, PARAM, Node, ShaperIR, Type
+from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type
 from ..runtime.batch import Batch, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import param_arrays
 
-_OPS = {"neg": "-", "not": "not "}
+_OPS = {Op.NEG: "-", Op.NOT: "not "}
 
 
 def node_text(node: Node) -> str:
     """An IR expression back as spec-like text: helper functions appear with their arguments filled in."""
     op, a = node.op, node.args
-    if op == "const":
+    if op is Op.CONST:
         v = node.attr
         return f"{v:g}" if isinstance(v, float) else str(v)
-    if op == "ref":
+    if op is Op.REF:
         return node.attr[1] if isinstance(node.attr, tuple) else str(node.attr)
     if op in _OPS:
         return f"{_OPS[op]}{_atom(a[0])}"
-    if op in ("bin", "cmp"):
+    if op in (Op.BIN, Op.CMP):
         return f"{_atom(a[0])} {node.attr} {_atom(a[1])}"
-    if op in ("and", "or"):
+    if op in (Op.AND, Op.OR):
         return f"{_atom(a[0])} {op} {_atom(a[1])}"
-    if op == "cond":
+    if op is Op.COND:
         return f"{_atom(a[0])} ? {_atom(a[1])} : {_atom(a[2])}"
-    if op in ("fallback", "bandfallback"):
+    if op in (Op.FALLBACK, Op.BANDFALLBACK):
         return f"{_atom(a[0])} ?? {_atom(a[1])}"
-    if op == "call":
+    if op is Op.CALL:
         return f"{node.attr}({', '.join(node_text(x) for x in a)})"
-    if op in ("reduce", "breduce"):
-        name = node.attr[0] if op == "reduce" else f"batch.{node.attr}"
+    if op in (Op.REDUCE, Op.BREDUCE):
+        name = node.attr[0] if op is Op.REDUCE else f"batch.{node.attr}"
         mask = a[1]
-        where = "" if mask.op == "const" else f" where {node_text(mask)}"
+        where = "" if mask.op is Op.CONST else f" where {node_text(mask)}"
         extra = "".join(f", {node_text(x)}" for x in a[2:])
         return f"{name}({node_text(a[0])}{where}{extra})"
-    if op == "bandfield":
+    if op is Op.BANDFIELD:
         return f"{_atom(a[0])}.{node.attr}"
-    if op == "bandref":
+    if op is Op.BANDREF:
         return ".".join(node.attr) if node.attr[0] != "param" else node.attr[1]
-    if op == "bandlit":
+    if op is Op.BANDLIT:
         return "{" + ", ".join(node_text(x) for x in a) + "}"
-    if op == "band":
+    if op is Op.BAND:
         return f"band({node_text(a[0])}, {node_text(a[1])})"
     return f"{op}({', '.join(node_text(x) for x in a)})"
 
 
 def _atom(node: Node) -> str:
     text = node_text(node)
-    return text if node.op in ("const", "ref", "call", "reduce", "breduce", "bandfield") else f"({text})"
+    return text if node.op in (Op.CONST, Op.REF, Op.CALL, Op.REDUCE, Op.BREDUCE, Op.BANDFIELD) else f"({text})"
 
 
 @dataclass
@@ -79,16 +79,16 @@ def _walk(node: Node):
 
 def _is_group_value(node: Node) -> bool:
     """A value with one entry per group, other than a bare param (the config shows those)."""
-    is_param = node.op in ("ref", "bandref") and node.attr[0] == "param"
+    is_param = node.op in (Op.REF, Op.BANDREF) and node.attr[0] == "param"
     return node.ty.level in (PARAM, GROUP) and node.ty.items is None and not is_param
 
 
 def _compared(node: Node):
     """The group-level operands of every comparison or missing()/present() test inside a decision."""
     for sub in _walk(node):
-        if sub.op == "cmp" or (sub.op == "call" and sub.attr in ("missing", "present")):
+        if sub.op is Op.CMP or (sub.op is Op.CALL and sub.attr in ("missing", "present")):
             for side in sub.args:
-                if side.op != "const" and _is_group_value(side):
+                if side.op is not Op.CONST and _is_group_value(side):
                     yield side
 
 
@@ -109,7 +109,7 @@ def decision_nodes(ir: ShaperIR) -> list[tuple[str, Node]]:
         exprs = [step.expr, step.on, step.when, *(w for _, _, w in step.rules)]
         for expr in (e for e in exprs if e is not None):
             for sub in _walk(expr):
-                if sub.op == "reduce" and _is_group_value(sub):
+                if sub.op is Op.REDUCE and _is_group_value(sub):
                     add(node_text(sub), sub)
             if step.kind != "let":
                 for side in _compared(expr):

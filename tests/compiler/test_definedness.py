@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 import shapec
 from shapec.compiler import store
 from shapec.compiler.lowering import conditions
+from shapec.ir.nodes import Op
 
 from .test_differential import EVERY_CONSTRUCT, fixed_specs, random_call, sizes_st
 
@@ -240,24 +241,24 @@ def _definedness_trees():
 
     from .test_conditions import LEAVES
 
-    nums = st.sampled_from([LEAVES["x"], LEAVES["y"], Node("const", (), Type(NUM), 2.0),
-                            Node("const", (), Type(NUM), -0.0)])
-    bools = st.sampled_from([LEAVES["flag"], Node("const", (), Type(BOOL), 1.0)])
+    nums = st.sampled_from([LEAVES["x"], LEAVES["y"], Node(Op.CONST, (), Type(NUM), 2.0),
+                            Node(Op.CONST, (), Type(NUM), -0.0)])
+    bools = st.sampled_from([LEAVES["flag"], Node(Op.CONST, (), Type(BOOL), 1.0)])
 
     def num_tree(kids):
         return st.one_of(
-            st.builds(lambda op, a, b: Node("bin", (a, b), Type(NUM, ROLLOUT), op),
+            st.builds(lambda op, a, b: Node(Op.BIN, (a, b), Type(NUM, ROLLOUT), op),
                       st.sampled_from("+-*/"), kids, kids),
-            st.builds(lambda a, b: Node("fallback", (a, b), Type(NUM, ROLLOUT)), kids, kids),
-            st.builds(lambda c, a, b: Node("cond", (c, a, b), Type(NUM, ROLLOUT)), bools, kids, kids),
-            st.builds(lambda fn, a: Node("call", (a,), Type(NUM, ROLLOUT), fn), st.sampled_from(["abs", "exp"]), kids))
+            st.builds(lambda a, b: Node(Op.FALLBACK, (a, b), Type(NUM, ROLLOUT)), kids, kids),
+            st.builds(lambda c, a, b: Node(Op.COND, (c, a, b), Type(NUM, ROLLOUT)), bools, kids, kids),
+            st.builds(lambda fn, a: Node(Op.CALL, (a,), Type(NUM, ROLLOUT), fn), st.sampled_from(["abs", "exp"]), kids))
 
     values = st.recursive(nums, num_tree, max_leaves=6)
-    cmp = st.builds(lambda op, a, b: Node("cmp", (a, b), Type(BOOL, ROLLOUT), op),
+    cmp = st.builds(lambda op, a, b: Node(Op.CMP, (a, b), Type(BOOL, ROLLOUT), op),
                     st.sampled_from(["==", "!=", "<", ">="]), values, values)
     logic = st.recursive(st.one_of(bools, cmp, st.builds(
-        lambda a: Node("call", (a,), Type(BOOL, ROLLOUT), "missing"), values)), lambda kids: st.builds(
-        lambda op, a, b: Node(op, (a, b), Type(BOOL, ROLLOUT)), st.sampled_from(["and", "or"]), kids, kids),
+        lambda a: Node(Op.CALL, (a,), Type(BOOL, ROLLOUT), "missing"), values)), lambda kids: st.builds(
+        lambda op, a, b: Node(op, (a, b), Type(BOOL, ROLLOUT)), st.sampled_from([Op.AND, Op.OR]), kids, kids),
         max_leaves=6)
     return st.one_of(values, logic)
 

@@ -19,6 +19,7 @@ from shapec.compiler.specialize import UNKNOWN, Facts, specialize
 from shapec.runtime.params import param_arrays
 from shapec.runtime.kernel import MAX_VARIANTS
 from shapec.runtime.shaper import BoundShaper, CompiledShaper
+from shapec.ir.nodes import Op
 from tests.compiler.test_differential import EVERY_CONSTRUCT, FILE_TARGETS, fixed_specs, random_call, sizes_st
 
 SWITCHED = """
@@ -170,7 +171,7 @@ def test_facts_hold_only_when_every_group_agrees():
     assert of(a=-0.0)[zero["a"]] is UNKNOWN  # -0.0 is not +0.0: a product's sign would differ
     assert of(a=[0.0, 0.0, 1.0])[zero["a"]] is UNKNOWN
     index = {n: i for i, (_, n) in enumerate(facts.conditions)}
-    a_positive = next(i for n, i in index.items() if n.op == "cmp" and n.args[0].attr == ("param", "a"))
+    a_positive = next(i for n, i in index.items() if n.op is Op.CMP and n.args[0].attr == ("param", "a"))
     assert of(a=1.0)[a_positive] == 1.0 and of(a=0.0)[a_positive] == 0.0
     assert of(a=[1.0, 0.0, 1.0])[a_positive] is UNKNOWN
     assert facts.of(None) == facts.general and facts.of(np.zeros((len(facts.rows), 0))) == facts.general

@@ -12,7 +12,7 @@ import pytest
 
 import shapec
 from shapec.cli import main
-from shapec.ir.nodes import BATCH
+from shapec.ir.nodes import BATCH, Op
 from shapec.runtime.batch_reach import first_batch_read
 from shapec.runtime.params import param_arrays
 
@@ -107,14 +107,14 @@ def _ir():
 
 
 @pytest.mark.parametrize("params, found", [
-    ({}, None), ({"scope": "batch"}, "breduce"), ({"extra": True}, "breduce"),
-    ({"scope": ["group", "batch", "group"]}, "breduce"),  # one group's override is enough
-    ({"extra": [False, True, False]}, "breduce"),
+    ({}, None), ({"scope": "batch"}, Op.BREDUCE), ({"extra": True}, Op.BREDUCE),
+    ({"scope": ["group", "batch", "group"]}, Op.BREDUCE),  # one group's override is enough
+    ({"extra": [False, True, False]}, Op.BREDUCE),
 ])
 def test_param_columns_decide_which_branch_is_followed(params, found):
     ir = _ir()
     node = first_batch_read(ir, param_arrays(ir, params, 3))
-    assert (node.op if node is not None else None) == found
+    assert (node.op if node is not None else None) is found
     if node is not None:
         assert node.ty.level == BATCH
 

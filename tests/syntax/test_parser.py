@@ -40,7 +40,7 @@ def test_parses_a_shaper_into_structure():
 def test_precedence_and_associativity():
     (fn,) = parse("fn f(a, b, c) = a - b - c * 2 ** -a ?? b").items
     # ?? binds looser than arithmetic: (a - b - c * 2 ** -a) ?? b
-    assert fn.body.op == "??"
+    assert fn.body.operator == "??"
     left = fn.body.left
     assert left == A.Binary("-", A.Binary("-", A.Name("a"), A.Name("b")),
                             A.Binary("*", A.Name("c"), A.Binary("**", A.Number(2, "2"), A.Unary("-", A.Name("a")))))

@@ -20,7 +20,7 @@ condition deeper than MAX_HEIGHT (so a long mixed chain still spills into tempor
 
 from __future__ import annotations
 
-from ...ir.nodes import Node
+from ...ir.nodes import Node, Op
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
@@ -28,7 +28,7 @@ MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go thro
 # whole kernels lowered both ways
 TWO_VALUED = True
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "!=": "=="}
-LOGIC = ("and", "or", "not", "cmp", "const")
+LOGIC = (Op.AND, Op.OR, Op.NOT, Op.CMP, Op.CONST)
 
 
 def _height(node: Node, limit: int) -> int:
@@ -42,7 +42,7 @@ def _height(node: Node, limit: int) -> int:
         best = max(best, h)
         if best > limit:
             return best
-        if n.op != "cmp":
+        if n.op is not Op.CMP:
             stack.extend((c, h + 1) for c in n.args)
     return best
 
@@ -70,44 +70,44 @@ class Conditions:
 
     def _test(self, node: Node, want: bool, ctx: str, scope: Scope) -> str:
         op = node.op
-        if op == "const" and node.attr in (0.0, 1.0):
+        if op is Op.CONST and node.attr in (0.0, 1.0):
             return repr((node.attr == 1.0) == want)
-        if op == "cmp":
+        if op is Op.CMP:
             a, b = (self.ex(x, ctx, scope) for x in node.args)
             rel = node.attr if want else NEGATED.get(node.attr)
             if want and rel == "!=" or not want and rel is None:  # a != b is true on NaN: test both sides
                 return f"({a} < {b} or {a} > {b})"
             return f"({a} {rel} {b})"
-        if op in ("and", "or"):
+        if op in (Op.AND, Op.OR):
             parts = _chain(node)
             # "and is 1" and "or is 0" ask every operand a question whose answer holds only for clean ones
-            needs_clean = (op == "and") == want
+            needs_clean = (op is Op.AND) == want
             if needs_clean and not all(self.clean(p) for p in parts):
                 return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
             joiner = " and " if needs_clean else " or "
             return "(" + joiner.join(self._test(p, want, ctx, scope) for p in parts) + ")"
-        if op == "not" and self.clean(node.args[0]):
+        if op is Op.NOT and self.clean(node.args[0]):
             return self._test(node.args[0], not want, ctx, scope)
         return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
 
     def clean(self, node: Node) -> bool:
         """True when the value is certainly 0, 1 or NaN (so every helper reads it the same way)."""
         op = node.op
-        if op in ("cmp", "and", "or", "skipped"):
+        if op in (Op.CMP, Op.AND, Op.OR, Op.SKIPPED):
             return True
-        if op == "const":
+        if op is Op.CONST:
             return node.attr in (0.0, 1.0)
-        if op == "not":
+        if op is Op.NOT:
             return self.clean(node.args[0])
-        if op == "cond":
+        if op is Op.COND:
             return self.clean(node.args[1]) and self.clean(node.args[2])
-        if op == "fallback":
+        if op is Op.FALLBACK:
             return self.clean(node.args[0]) and self.clean(node.args[1])
-        if op == "call":
+        if op is Op.CALL:
             return node.attr in ("missing", "present")
-        if op in ("reduce", "breduce"):  # any and all give 0 or 1 (or NaN where a selection is unusable)
-            return (node.attr[0] if op == "reduce" else node.attr) in ("any", "all")
-        if op == "ref" and node.ty.kind == "bool":
+        if op in (Op.REDUCE, Op.BREDUCE):  # any and all give 0 or 1 (or NaN where a selection is unusable)
+            return (node.attr[0] if op is Op.REDUCE else node.attr) in ("any", "all")
+        if op is Op.REF and node.ty.kind == "bool":
             ns, name = node.attr
             if ns in ("input", "param"):  # inputs arrive as 0/1, bool params as 0/1 or NaN (absent)
                 return True

@@ -26,13 +26,13 @@ level of their expression (they are ordered, so one pass in source order sees ev
 
 from __future__ import annotations
 
-from ...ir.nodes import Node
+from ...ir.nodes import Node, Op
 from . import conditions
 from ...ir.nodes import post_order
 
 FINITE, NUMBER, MAYBE = 2, 1, 0
-LOGIC_OPS = ("cmp", "and", "or")
-KEEPS_LEVEL = {"neg": FINITE, "not": FINITE}  # op -> the best level it keeps (its operand's)
+LOGIC_OPS = (Op.CMP, Op.AND, Op.OR)
+KEEPS_LEVEL = {Op.NEG: FINITE, Op.NOT: FINITE}  # op -> the best level it keeps (its operand's)
 CALLS_KEEPING = {"abs": FINITE, "int": FINITE, "float": FINITE, "min": FINITE, "max": FINITE, "clip": FINITE,
                  "exp": NUMBER, "sigmoid": NUMBER}  # a call -> the best level it keeps (its operands' least)
 ALWAYS_FINITE_CALLS = ("missing", "present")
@@ -57,30 +57,30 @@ class Definedness:
     def _level_of(self, n: Node, args: list[int]) -> int:
         op = n.op
         least = min(args, default=FINITE)
-        if op == "const":
+        if op is Op.CONST:
             return FINITE if isinstance(n.attr, (int, float)) and abs(n.attr) != float("inf") and n.attr == n.attr \
                 else MAYBE
-        if op == "ref":
+        if op is Op.REF:
             return self._ref_level(n)
         if op in KEEPS_LEVEL:
             return least
         if op in LOGIC_OPS:
             return FINITE if least >= NUMBER else MAYBE
-        if op == "cond":  # k_cond gives NaN for a condition other than 0 or 1
+        if op is Op.COND:  # k_cond gives NaN for a condition other than 0 or 1
             return min(args[1:]) if args[0] >= NUMBER and self.clean(n.args[0]) else MAYBE
-        if op == "fallback":  # b where a is missing, else a (which may be infinite)
+        if op is Op.FALLBACK:  # b where a is missing, else a (which may be infinite)
             return (FINITE if least == FINITE else NUMBER) if args[1] >= NUMBER else MAYBE
-        if op == "bin":
+        if op is Op.BIN:
             return self._arithmetic_level(n, args)
-        if op == "skipped":
+        if op is Op.SKIPPED:
             return FINITE
-        if op == "call":
+        if op is Op.CALL:
             if n.attr in ALWAYS_FINITE_CALLS:
                 return FINITE
             return min(least, CALLS_KEEPING.get(n.attr, MAYBE))
-        if op == "reduce":
+        if op is Op.REDUCE:
             return FINITE if n.attr[0] in COUNTING else MAYBE
-        if op == "breduce":
+        if op is Op.BREDUCE:
             return FINITE if n.attr in COUNTING else MAYBE
         return MAYBE
 
@@ -92,7 +92,7 @@ class Definedness:
         if n.attr == "*":
             return NUMBER if min(args) == FINITE else MAYBE
         divisor = n.args[1]
-        if n.attr == "/" and divisor.op == "const" and args[1] == FINITE and divisor.attr != 0:
+        if n.attr == "/" and divisor.op is Op.CONST and args[1] == FINITE and divisor.attr != 0:
             return NUMBER if args[0] >= NUMBER else MAYBE
         return MAYBE
 

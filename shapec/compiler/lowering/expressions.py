@@ -6,7 +6,7 @@ before the first line that reads them), so no generated line reaches Python's pa
 
 from __future__ import annotations
 
-from ...ir.nodes import Node
+from ...ir.nodes import Node, Op
 from ...ir.nodes import post_order
 from .emitter import Scope, lit
 from .names import ShapecInternalError
@@ -19,12 +19,12 @@ UNARY_CALLS = {
     "missing": "k_flag(isnan({}))", "present": "k_flag(not isnan({}))",
 }
 BIN_OPS = ("+", "-", "*", "/", "**")
-DEFINED_FORMS = ("cmp", "and", "or", "cond", "fallback")  # written without the helper when no operand is missing
+DEFINED_FORMS = (Op.CMP, Op.AND, Op.OR, Op.COND, Op.FALLBACK)  # written without the helper when no operand is missing
 
 
 def _operands(node: Node) -> list[Node]:
     """The children an expression's code is made of (reductions and bands are names in scope)."""
-    if node.op in ("reduce", "breduce", "bandfield"):
+    if node.op in (Op.REDUCE, Op.BREDUCE, Op.BANDFIELD):
         return []
     return [x for x in node.args if x.ty.kind != "band"]
 
@@ -86,9 +86,9 @@ class Expressions:
         if id(node) in memo:
             return memo[id(node)]
         op = node.op
-        if op == "const":
+        if op is Op.CONST:
             return lit(node.attr)
-        if op == "ref":
+        if op is Op.REF:
             ns, name = node.attr
             if ns == "param":
                 self.need_g(ctx)
@@ -113,38 +113,38 @@ class Expressions:
             if name == "shaped":
                 return "out[i]"
             raise ShapecInternalError(f"lowering: unknown reference {node.attr}")
-        if op in ("reduce", "breduce", "bandfield"):
+        if op in (Op.REDUCE, Op.BREDUCE, Op.BANDFIELD):
             return self.scoped(node, scope)
         a = [self.ex_node(x, ctx, scope, memo) for x in _operands(node)]
-        if op == "neg":
+        if op is Op.NEG:
             return f"(-{a[0]})"
-        if op == "not":
+        if op is Op.NOT:
             return f"(1.0 - {a[0]})"
-        if op == "bin":
+        if op is Op.BIN:
             if node.attr not in BIN_OPS:
                 raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
             return f"k_pow({a[0]}, {a[1]})" if node.attr == "**" else f"({a[0]} {node.attr} {a[1]})"
         defined = [self.defined(x) for x in _operands(node)] if op in DEFINED_FORMS else []
-        if op == "cmp":
+        if op is Op.CMP:
             if all(defined):
                 return f"k_flag({a[0]} {node.attr} {a[1]})"
             return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
-        if op == "and":
+        if op is Op.AND:
             return f"k_flag({a[0]} != 0.0 and {a[1]} != 0.0)" if all(defined) else f"k_and({a[0]}, {a[1]})"
-        if op == "or":
+        if op is Op.OR:
             return f"k_flag({a[0]} == 1.0 or {a[1]} == 1.0)" if all(defined) else f"k_or({a[0]}, {a[1]})"
-        if op == "cond":
+        if op is Op.COND:
             if defined[0] and self.clean(node.args[0]):  # certainly 0 or 1
                 return f"({a[1]} if {a[0]} == 1.0 else {a[2]})"
             return f"k_cond({a[0]}, {a[1]}, {a[2]})"
-        if op == "fallback":
+        if op is Op.FALLBACK:
             return a[0] if defined[0] else f"k_fallback({a[0]}, {a[1]})"
-        if op == "skipped":
+        if op is Op.SKIPPED:
             code = self.ir.skip_reasons.index(node.attr) if node.attr in self.ir.skip_reasons else -2
             return f"k_flag(skip[g] == {code})"
-        if op == "band":
+        if op is Op.BAND:
             return f"k_band({a[0]}, {', '.join(self.scoped(node.args[1], scope))})"
-        if op == "call":
+        if op is Op.CALL:
             fn = node.attr
             if fn in ("min", "max"):
                 out = a[0]
@@ -163,7 +163,7 @@ class Expressions:
     def scoped(self, node: Node, scope: Scope):
         """A value hoisted out of the current loop: a reduction, a batch reduction or a band."""
         key = self.key(node)
-        if node.op == "bandfield":
+        if node.op is Op.BANDFIELD:
             key = self.key(node.args[0])
             return scope.names[key]["abf".index(node.attr)]
         value = scope.names[key]

@@ -9,7 +9,7 @@ import builtins
 import textwrap
 
 from ..arguments import breakdown_always
-from ...ir.nodes import steps_nodes, walk
+from ...ir.nodes import Op, steps_nodes, walk
 from .emitter import Emitter, Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import MANGLED, ShapecInternalError
@@ -46,12 +46,12 @@ class Groups:
     def lower(self) -> str:
         ir = self.ir
         self.in_metrics = False
-        metric_keys = {self.key(n) for _, m in ir.metrics for n in walk(m) if n.op == "reduce"}
-        self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op == "ref" and n.attr[0] == "var"}
+        metric_keys = {self.key(n) for _, m in ir.metrics for n in walk(m) if n.op is Op.REDUCE}
+        self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op is Op.REF and n.attr[0] == "var"}
         self.stored: dict[int, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
         self.selection_ops: dict[tuple, list[str]] = {}  # selection -> the reductions reading it
-        reductions = {self.key(n): n for node in steps_nodes(ir) for n in walk(node) if n.op == "reduce"}
+        reductions = {self.key(n): n for node in steps_nodes(ir) for n in walk(node) if n.op is Op.REDUCE}
         for n in reductions.values():
             self.selection_ops.setdefault(self.selection_key(n), []).append(n.attr[0])
         self.in_chunk = False

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ...ir.nodes import Node
+from ...ir.nodes import Node, Op
 from .emitter import Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import ShapecInternalError
@@ -69,15 +69,15 @@ class Hoisting:
                 continue
             if not children_done:
                 stack.append((n, True))
-                if n.op != "breduce":  # a batch reduction hoists its operands inside its own group loop
+                if n.op is not Op.BREDUCE:  # a batch reduction hoists its operands inside its own group loop
                     stack.extend((child, False) for child in reversed(n.args))
-            elif n.op == "reduce":
+            elif n.op is Op.REDUCE:
                 self.emit_reduce(n, scope)
-            elif n.op == "breduce" and self.in_chunk:
+            elif n.op is Op.BREDUCE and self.in_chunk:
                 self.hoist_to_batch(n, scope)
-            elif n.op == "breduce":
+            elif n.op is Op.BREDUCE:
                 self.emit_breduce(n, scope)
-            elif n.ty.kind == "band" and n.op in ("bandref", "bandlit", "bandfallback", "bandcond"):
+            elif n.ty.kind == "band" and n.op in (Op.BANDREF, Op.BANDLIT, Op.BANDFALLBACK, Op.BANDCOND):
                 self.emit_band(n, scope, level)
 
     def hoist_to_batch(self, node: Node, scope: Scope) -> None:
@@ -97,7 +97,7 @@ class Hoisting:
         o = self.out
         ctx = "group" if level == "group" else "batch"
         names = tuple(self.fresh("band") for _ in "abfp")
-        if node.op == "bandref":
+        if node.op is Op.BANDREF:
             ns, name = node.attr
             self.need_g(ctx)
             if ns == "param":
@@ -105,9 +105,9 @@ class Hoisting:
                 parts = [f"param_bands[{self.param_band_rows[name]}, {column}, {c}]" for c in range(4)]
             else:
                 parts = [f"{self.band_names[name]}[g, {c}]" for c in range(4)]
-        elif node.op == "bandlit":
+        elif node.op is Op.BANDLIT:
             parts = [self.ex(x, ctx, scope) for x in node.args] + ["1.0"]
-        elif node.op == "bandfallback":
+        elif node.op is Op.BANDFALLBACK:
             x, y = (scope.names[self.key(n)] for n in node.args)
             parts = [f"{xc} if {x[3]} == 1.0 else {yc}" for xc, yc in zip(x, y)]
         else:
@@ -161,7 +161,7 @@ class Hoisting:
             o(f"{vals}[{k}] = {self.ex(arg, ctx, scope)}")
             if indexed:
                 o(f"{idx}[{k}] = {local}")
-            unmasked = mask.op == "const" and mask.attr == 1.0
+            unmasked = mask.op is Op.CONST and mask.attr == 1.0
             o(f"{k} += 1" if unmasked else f"{k} += {self.truth(mask, ctx, scope)}")
         if key[3]:
             o(f"k_sort({vals}, {k})")
@@ -217,7 +217,7 @@ class Hoisting:
             finish[op] = done.format(acc=acc, k=k, undefined=undefined_when(k, missing), best=best)
         o(header)
         with o.indented():
-            unmasked = mask.op == "const" and mask.attr == 1.0
+            unmasked = mask.op is Op.CONST and mask.attr == 1.0
             if not unmasked:
                 o(f"if {self.truth(mask, ctx, scope)}:")
             with o.indented() if not unmasked else nullcontext():

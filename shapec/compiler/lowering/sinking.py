@@ -18,7 +18,7 @@ gate with gate codes, is not sunk.
 
 from __future__ import annotations
 
-from ...ir.nodes import CONST, Node, Step
+from ...ir.nodes import CONST, Node, Op, Step
 from ...ir.nodes import walk
 from .emitter import Scope
 from .statements import always
@@ -31,7 +31,7 @@ def _var_refs(nodes) -> list[str]:
         if node is None:
             continue
         for n in walk(node):
-            if n.op == "ref" and n.attr[0] == "var" and n.attr[1] not in out:
+            if n.op is Op.REF and n.attr[0] == "var" and n.attr[1] not in out:
                 out.append(n.attr[1])
     return out
 
@@ -101,7 +101,7 @@ class Sinking:
     def _decidable(self, cond: Node, at: int, sunk: set[str]) -> bool:
         """Whether a conjunct has its value at statement `at` already: no reduction, and every let
         or gate it reads comes before and is computed unconditionally."""
-        if any(n.op in ("reduce", "breduce") for n in walk(cond)):
+        if any(n.op in (Op.REDUCE, Op.BREDUCE) for n in walk(cond)):
             return False
         return all(name in self.before_groups or (name not in sunk and self.position.get(name, at) < at)
                    for name in _var_refs((cond,)))

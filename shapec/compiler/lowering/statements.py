@@ -4,7 +4,7 @@ the order runtime/interp.py runs them."""
 
 from __future__ import annotations
 
-from ...ir.nodes import CONST, GROUP, PARAM, Node, Step
+from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step
 from ...ir.nodes import walk
 from .emitter import Scope
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
@@ -12,17 +12,17 @@ from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
 
 def _reductions(node: Node) -> list[Node]:
     """The group reductions under node."""
-    return [n for n in walk(node) if n.op == "reduce"]
+    return [n for n in walk(node) if n.op is Op.REDUCE]
 
 
 def never(cond: Node) -> bool:
     """A conjunct that is the constant 0: the statement applies nowhere."""
-    return cond.op == "const" and cond.attr == 0.0
+    return cond.op is Op.CONST and cond.attr == 0.0
 
 
 def always(cond: Node) -> bool:
     """A conjunct that is the constant 1: it leaves an `and` as the other operands are."""
-    return cond.op == "const" and cond.attr == 1.0
+    return cond.op is Op.CONST and cond.attr == 1.0
 
 
 def conjuncts(when: Node) -> list[Node]:
@@ -30,7 +30,7 @@ def conjuncts(when: Node) -> list[Node]:
     out, stack = [], [when]
     while stack:
         n = stack.pop()
-        if n.op == "and":
+        if n.op is Op.AND:
             stack += [n.args[1], n.args[0]]
         else:
             out.append(n)
@@ -47,7 +47,7 @@ class Statements:
         o = self.out
         names = {name for name, _ in self.ir.channels}
         outside = [*(s.expr for s in self.ir.batch_steps), *(m for _, m in self.ir.metrics)]
-        self.global_channels = any(n.op == "ref" and n.attr[0] == "var" and n.attr[1] in names
+        self.global_channels = any(n.op is Op.REF and n.attr[0] == "var" and n.attr[1] in names
                                    for node in outside for n in walk(node))
         if not self.ir.channels or not self.global_channels:
             return
@@ -261,7 +261,7 @@ class Statements:
     def single_pass(self, node: Node) -> bool:
         """A reduction written as one running pass that hoists nothing else (no reduction or band under it)."""
         return (node.attr[0] not in ROLLOUT_VALUED and self.is_running(node)
-                and not any(n.op in ("reduce", "breduce") or n.ty.kind == "band"
+                and not any(n.op in (Op.REDUCE, Op.BREDUCE) or n.ty.kind == "band"
                             for a in node.args for n in walk(a)))
 
     def group_conjuncts(self, when: Node | None) -> list[Node]:
@@ -269,7 +269,7 @@ class Statements:
         if when is None:
             return []
         group = [c for c in conjuncts(when) if c.ty.level <= GROUP and not c.ty.items]
-        return sorted(group, key=lambda c: any(n.op in ("reduce", "breduce") for n in walk(c)))
+        return sorted(group, key=lambda c: any(n.op in (Op.REDUCE, Op.BREDUCE) for n in walk(c)))
 
     def constant(self, step: Step, kind: str, k: int) -> bool:
         """A dead statement (`dead`) whose value nothing stores per rollout: it reads as its literal
@@ -475,8 +475,8 @@ class Statements:
         streamed: dict[int, Node] = {}  # the metrics' running batch reductions, one pass for all
         for _, metric in self.ir.metrics:
             for n in walk(metric):
-                if (n.op == "breduce" and n.attr in BATCH_RUNNING and self.key(n) not in batch.names
-                        and not any(c.op == "breduce" for a in n.args for c in walk(a))):
+                if (n.op is Op.BREDUCE and n.attr in BATCH_RUNNING and self.key(n) not in batch.names
+                        and not any(c.op is Op.BREDUCE for a in n.args for c in walk(a))):
                     streamed.setdefault(self.key(n), n)
         if len(streamed) > 1:
             self.emit_breduces(list(streamed.values()), batch)
