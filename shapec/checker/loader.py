@@ -73,7 +73,7 @@ class Loader:
         if t.real in self.done:
             return self.done[t.real]
         if t.real in self.active:
-            return Diagnostic("E205", f"import cycle through {t.shown.name}", target_span(span))
+            return Diagnostic("E212", f"import cycle through {t.shown.name}", target_span(span))
         self.active.append(t.real)
         try:
             mod = self.checked(t.text, str(t.shown), t.shown.parent, t.root)

@@ -86,7 +86,7 @@ def test_error_code_position_and_fix(code, bad, snippet, good):
 
 
 def test_every_code_is_documented_and_tested():
-    tested = {c[0] for c in CASES} | {"E101", "E102", "E103"}
+    tested = {c[0] for c in CASES} | {"E101", "E102", "E103"} | {"E212"}  # cycles need files: test_imports.py
     assert tested == set(CODES)
 
 

@@ -132,7 +132,7 @@ def test_cycle_has_a_caret_on_the_import(tree):
     (tree / "a.shape").write_text('import "b.shape"\nfn fa(x) = x\n')
     (tree / "b.shape").write_text('\nimport "a.shape"\nfn fb(x) = x\n')
     [d] = check_file(tree / "a.shape")
-    assert (d.code, d.path, d.location()[:2]) == ("E205", str(tree / "b.shape"), (2, 8))
+    assert (d.code, d.path, d.location()[:2]) == ("E212", str(tree / "b.shape"), (2, 8))
     assert "import cycle through a.shape" in d.message
 
 
