@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.nodes import ParamSpec, ShaperIR
+from ..ir.nodes import Node, Op, ParamSpec, ShaperIR, every_node, walk
 
 ROUND = {
     "tokens": (0, 1, 10, 100, 200, 1000, 5000), "chars": (0, 1, 10, 100, 1000, 5000),
@@ -33,6 +33,7 @@ class Case:
     inputs: dict[str, list[float]]
     metas: dict[str, Any] = field(default_factory=dict)
     params: dict[str, Any] = field(default_factory=dict)
+    env_rewards: list[float] | None = None  # what `env_reward` reads; None: the rewards themselves
 
     @property
     def size(self) -> int:
@@ -42,12 +43,13 @@ class Case:
         metadata = {name: [value] for name, value in self.metas.items()}
         return shaper(np.array(self.rewards, dtype=np.float64), group_size=self.size,
                       channels={k: np.array(v, dtype=np.float64) for k, v in self.inputs.items()},
-                      metadata=metadata, params=self.params)
+                      metadata=metadata, params=self.params, env_rewards=self.env_rewards)
 
     def without(self, i: int) -> "Case":
-        return Case([r for j, r in enumerate(self.rewards) if j != i],
-                    {k: [x for j, x in enumerate(v) if j != i] for k, v in self.inputs.items()},
-                    dict(self.metas), dict(self.params))
+        def drop(xs: list) -> list:
+            return [x for j, x in enumerate(xs) if j != i]
+        return Case(drop(self.rewards), {k: drop(v) for k, v in self.inputs.items()}, dict(self.metas),
+                    dict(self.params), None if self.env_rewards is None else drop(self.env_rewards))
 
 
 def param_values(spec: ParamSpec) -> list[Any]:
@@ -83,6 +85,35 @@ def in_range(spec: ParamSpec, v: float) -> bool:
     if spec.lo is not None and (v < spec.lo or (spec.lo_strict and v == spec.lo)):
         return False
     return not (spec.hi is not None and (v > spec.hi or (spec.hi_strict and v == spec.hi)))
+
+
+def boundary_params(ir: ShaperIR, when: Node | None) -> list[dict[str, Any]]:
+    """Params on the edges, to try before any random value: each endpoint of each param's range and each
+    constant the `when` condition compares a param with (and its nearest neighbours), one param at a
+    time, then every param at its low end and every param at its high end together."""
+    near: dict[str, list[float]] = {s.name: [] for s in ir.params if s.kind in ("int", "float")}
+    for n in walk(when) if when is not None else ():
+        if n.op is Op.CMP:
+            for side, other in (n.args, reversed(n.args)):
+                if side.op is Op.REF and side.attr[0] == "param" and other.op is Op.CONST and side.attr[1] in near:
+                    c = float(other.attr)
+                    near[side.attr[1]] += [c, math.nextafter(c, -math.inf), math.nextafter(c, math.inf)]
+    out: list[dict[str, Any]] = []
+    lows, highs = {}, {}
+    for spec in ir.params:
+        if spec.name not in near:
+            continue
+        lo = None if spec.lo is None else math.nextafter(spec.lo, math.inf) if spec.lo_strict else spec.lo
+        hi = None if spec.hi is None else math.nextafter(spec.hi, -math.inf) if spec.hi_strict else spec.hi
+        values = [v for v in (lo, hi, *near[spec.name]) if v is not None]
+        if spec.kind == "int":
+            values = [float(f(v)) for v in values for f in (math.floor, math.ceil)]
+        values = [int(v) if spec.kind == "int" else v for v in dict.fromkeys(values)
+                  if math.isfinite(v) and in_range(spec, v)]
+        out += [{spec.name: v} for v in values]
+        if values:
+            lows[spec.name], highs[spec.name] = min(values), max(values)
+    return out + [d for d in (lows, highs) if len(d) > 1]
 
 
 def random_param(spec: ParamSpec, rng: random.Random) -> Any:
@@ -144,7 +175,14 @@ def random_case(ir: ShaperIR, k: int, domain: str, rng: random.Random, params: d
         near = near_params(ir, typ, params)
         inputs[name] = [rng.choice(near) if near and rng.random() < 0.3 else random_value(typ, rng) for _ in range(k)]
     metas = {m.name: random_meta(m, k, rng) for m in ir.metas}
-    return Case(rewards, inputs, metas, dict(params))
+    env = None  # a later stage or a caller passing env_rewards= sees any reward there
+    if reads_env_reward(ir) and rng.random() < 0.5:
+        env = [float(rng.choice(REWARDS["real"])) if rng.random() < 0.8 else _random_reward("real", rng) for _ in range(k)]
+    return Case(rewards, inputs, metas, dict(params), env)
+
+
+def reads_env_reward(ir: ShaperIR) -> bool:
+    return any(n.op is Op.REF and n.attr == ("builtin", "env_reward") for n in every_node(ir))
 
 
 def _random_reward(domain: str, rng: random.Random) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -66,8 +67,11 @@ def write_counterexample(v: Verdict, folder: Path) -> Path:
 
 
 def replay_command(v: Verdict, spec: str, path: Path) -> str:
-    sets = "".join(f" --set {s}" for s in set_args(v))
-    return f"shapec explain {spec} --shaper {v.shaper.name} --data {path}{sets}"
+    """A line to paste into a shell: every word quoted, whatever the file or param is called."""
+    words = ["shapec", "explain", spec, "--shaper", v.shaper.name, "--data", str(path)]
+    for s in set_args(v):
+        words += ["--set", s]
+    return shlex.join(words)
 
 
 def describe(v: Verdict) -> str:
@@ -77,6 +81,8 @@ def describe(v: Verdict) -> str:
         return "[" + ", ".join(_num(float(x)) for x in xs) + "]"
 
     parts = [f"reward {seq(case.rewards)}"]
+    if case.env_rewards is not None:
+        parts.append(f"env_reward {seq(case.env_rewards)}")
     parts += [f"{k} {seq(vals)}" for k, vals in case.inputs.items()]
     parts += [f"{k} {json.dumps(m)}" for k, m in case.metas.items() if m is not None]
     params = ", ".join(f"{k}={_yaml(p)}" for k, p in case.params.items()) or "defaults"
@@ -118,7 +124,7 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
     for v in verdicts:
         if v.status == "refuted" and (v.goal.declared or v.goal.prop in REFUTED_WARNING and not v.goal.outside):
             where = ""
-            if folder is not None:
+            if folder is not None and v.found.case.env_rewards is None:  # a file's env_reward is its reward
                 path = write_counterexample(v, folder)
                 where = f"; replay: {replay_command(v, spec, path)}"
             code = REFUTED_ERROR[v.goal.prop] if v.goal.declared else REFUTED_WARNING[v.goal.prop]

@@ -13,7 +13,7 @@ from ..ir.nodes import ROLLOUT, Ensure, ShaperIR, Type
 from ..runtime.batch import BatchError, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import ParamError, param_arrays
-from .cases import REWARDS, ROUND, Case, in_range, param_values, random_case, random_param
+from .cases import REWARDS, ROUND, Case, boundary_params, in_range, param_values, random_case, random_param
 from .properties import violation
 
 SIZES = (2, 2, 3, 3, 4, 5, 6, 8, 1, 12)
@@ -39,6 +39,8 @@ def evaluate(ir: ShaperIR, ensure: Ensure, case: Case) -> Found | None | bool:
         batch = make_batch(ir, np.array(case.rewards, dtype=np.float64), group_size=case.size,
                            channels={k: np.array(v, dtype=np.float64) for k, v in case.inputs.items()},
                            metadata={name: [value] for name, value in case.metas.items()})
+        if case.env_rewards is not None:
+            batch.env_rewards = np.array(case.env_rewards, dtype=np.float64)
         params = param_arrays(ir, case.params, 1)
     except (BatchError, ParamError, ValueError):
         return False
@@ -66,9 +68,11 @@ def search(ir: ShaperIR, ensure: Ensure, trials: int, seed: int = 0,
            fixed: dict | None = None) -> tuple[Found | None, SearchStats]:
     rng = random.Random(seed)
     stats = SearchStats(sizes=(min(SIZES), max(SIZES)))
+    edges = boundary_params(ir, ensure.when) if fixed is None else []
     for t in range(trials):
         stats.trials = t + 1
-        case = _trial_case(ir, ensure, rng, fixed)
+        edge = t < min(trials // 2, 8 * len(edges))  # the edges first, each with several random groups
+        case = _trial_case(ir, ensure, rng, edges[t % len(edges)] if edge else fixed)
         got = evaluate(ir, ensure, case)
         if got is False:
             stats.rejected += 1
@@ -95,12 +99,13 @@ def _trial_case(ir: ShaperIR, ensure: Ensure, rng: random.Random, fixed: dict | 
 
 # ------------------------------------------------------------------------- minimising
 def _rounder(v: float, typ: str) -> list[float]:
-    """Values to try in place of v, roundest first, none larger in magnitude than v."""
+    """Values to try in place of v, roundest first, each strictly rounder than v (smaller in magnitude,
+    or its positive twin), so minimising cannot go round in circles."""
     out = [0.0, 1.0] + [float(c) for c in ROUND.get(typ, ROUND["float"])]
-    if v != 0 and math.isfinite(v):
-        mag = 10 ** math.floor(math.log10(abs(v)))
+    mag = 10.0 ** math.floor(math.log10(abs(v))) if v != 0 and math.isfinite(v) else 0.0
+    if mag > 0:  # 0 below the smallest normal power of ten
         out += [math.copysign(mag, v), round(v / mag) * mag, float(round(v))]
-    return [c for c in dict.fromkeys(out) if abs(c) <= abs(v) and c != v]
+    return [c for c in dict.fromkeys(out) if abs(c) < abs(v) or (abs(c) == abs(v) and c > v)]
 
 
 def _rounder_param(spec, v) -> list:
@@ -110,7 +115,7 @@ def _rounder_param(spec, v) -> list:
         return []
     out = []
     for c in _rounder(float(v), "float"):
-        if (abs(c) < abs(v) or c > v) and in_range(spec, c) and (spec.kind == "float" or float(c).is_integer()):
+        if in_range(spec, c) and (spec.kind == "float" or float(c).is_integer()):
             out.append(int(c) if spec.kind == "int" else c)
     return out
 
@@ -154,6 +159,18 @@ def minimise(ir: ShaperIR, ensure: Ensure, found: Found) -> Found:
                 if got := still(trial):
                     best, changed = got, True
                     break
+        if best.case.env_rewards is not None:  # the rewards themselves are the simplest env rewards
+            trial = replace(best.case, env_rewards=None)
+            if got := still(trial):
+                best, changed = got, True
+            else:
+                for i, v in enumerate(best.case.env_rewards):
+                    for c in _rounder(v, "float"):
+                        env = best.case.env_rewards
+                        trial = replace(best.case, env_rewards=env[:i] + [c] + env[i + 1:])
+                        if got := still(trial):
+                            best, changed = got, True
+                            break
         for name, value in best.case.metas.items():
             if value not in (None, {}):
                 trial = replace(best.case, metas={**best.case.metas, name: None})

@@ -15,11 +15,10 @@ from __future__ import annotations
 import contextlib
 import math
 
-from ..ir.intervals import arith, bounds_call
+from ..ir.intervals import FULL, hull, node_interval
 from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, UNITS
 
 INF = math.inf
-FULL = (-INF, INF)
 REWARD = {"binary": (0.0, 1.0), "unit": (0.0, 1.0), "nonneg": (0.0, INF), "real": FULL}
 NEVER_MISSING_CALLS = ("min", "max", "clip", "abs", "float", "int", "exp", "sigmoid", "cos")
 FLIP = {">": "<=", ">=": "<", "<": ">=", "<=": ">", "==": "!=", "!=": "=="}
@@ -31,23 +30,6 @@ def _defs(ir: ShaperIR) -> dict:
     defs = {name: node for name, node in ir.channels}
     defs.update({st.name: st.expr for st in (*ir.batch_steps, *ir.steps) if st.kind in ("let", "gate")})
     return defs
-
-
-def _hull(*rs) -> tuple[float, float]:
-    return min(r[0] for r in rs), max(r[1] for r in rs)
-
-
-def _divide(x, y) -> tuple[float, float]:
-    if not (y[0] > 0 or y[1] < 0):
-        return FULL
-    cands = []
-    for p in x:
-        for q in y:
-            if math.isinf(q):
-                cands.append(0.0 if not math.isinf(p) else math.copysign(INF, p * q))
-            else:
-                cands.append(p / q)
-    return min(cands), max(cands)
 
 
 class Bounds:
@@ -96,41 +78,21 @@ class Bounds:
         return self.memo[key]
 
     def _eval(self, n: Node, inner: bool, depth: int) -> tuple[float, float]:
+        """The one interval analysis's rule for the node (ir/intervals.py); references, conditionals
+        (whose branches are bounded under what their test implies) and reductions (whose values are
+        read as the other rollouts of the group) are this pass's own."""
         op, a, d = n.op, n.args, depth + 1
-        if op is Op.CONST:
-            return float(n.attr), float(n.attr)
         if op is Op.REF:
             return self._ref(n, inner, d)
-        if op is Op.NOT:
-            lo, hi = self.of(a[0], inner, d)
-            return 1.0 - hi, 1.0 - lo
-        if op in (Op.AND, Op.OR):
-            x, y = self.of(a[0], inner, d), self.of(a[1], inner, d)
-            return (min(x[0], y[0]), min(x[1], y[1])) if op is Op.AND else (max(x[0], y[0]), max(x[1], y[1]))
-        if op is Op.CMP:
-            if any(x.ty.kind == "band" for x in a):
-                return 0.0, 1.0
-            return self._compare(n.attr, self.of(a[0], inner, d), self.of(a[1], inner, d))
-        if op is Op.NEG:
-            lo, hi = self.of(a[0], inner, d)
-            return -hi, -lo
-        if op is Op.BAND:
-            return 0.0, 1.0
-        if op is Op.BIN:
-            return self._bin(n.attr, self.of(a[0], inner, d), self.of(a[1], inner, d))
-        if op is Op.CALL:
-            return self._call(n.attr, [self.of(x, inner, d) for x in a])
         if op is Op.COND:
             c = self.of(a[0], inner, d)
             yes = self.narrowed(a[0], inner, d, lambda: self.of(a[1], inner, d)) if c[1] > 0 else None
             no = self.narrowed(a[0], inner, d, lambda: self.of(a[2], inner, d), negate=True) if c[0] < 1 else None
             rs = [r for r in (yes, no) if r is not None]
-            return _hull(*rs) if rs else FULL
-        if op is Op.FALLBACK:
-            return _hull(self.of(a[0], inner, d), self.of(a[1], inner, d))
+            return hull(*rs) if rs else FULL
         if op in (Op.REDUCE, Op.BREDUCE):
-            return self._reduce(n, d)
-        return FULL
+            return node_interval(n, [self.of(x, True, d) for x in a])
+        return node_interval(n, [self.of(x, inner, d) if x.ty.kind != "band" else FULL for x in a])
 
     def _ref(self, n: Node, inner: bool, d: int) -> tuple[float, float]:
         ns, name = n.attr
@@ -146,7 +108,7 @@ class Bounds:
         elif ns == "input":
             typ = self.inputs[name]
             out = (0.0, 1.0) if typ == "bool" else (0.0, INF) if typ in UNITS else FULL
-        elif ns == "builtin" and name in ("reward", "env_reward"):
+        elif ns == "builtin" and name == "reward":  # env_reward: a later stage's or a caller's, unbounded
             out = self.member if inner else self.own
         elif ns == "builtin" and name == "group_size":
             out = (1.0, INF)
@@ -159,68 +121,6 @@ class Bounds:
             out = (max(out[0], fact[0]), min(out[1], fact[1]))
         return out
 
-    @staticmethod
-    def _compare(op: str, x, y) -> tuple[float, float]:
-        true = {">": x[0] > y[1], ">=": x[0] >= y[1], "<": x[1] < y[0], "<=": x[1] <= y[0],
-                "==": x[0] == x[1] == y[0] == y[1]}
-        false = {">": x[1] <= y[0], ">=": x[1] < y[0], "<": x[0] >= y[1], "<=": x[0] > y[1],
-                 "==": x[1] < y[0] or y[1] < x[0]}
-        if op == "!=":
-            return (0.0, 0.0) if true["=="] else (1.0, 1.0) if false["=="] else (0.0, 1.0)
-        return (1.0, 1.0) if true[op] else (0.0, 0.0) if false[op] else (0.0, 1.0)
-
-    @staticmethod
-    def _bin(op: str, x, y) -> tuple[float, float]:
-        if op == "*" and ((0.0, 0.0) in (x, y)):
-            return 0.0, 0.0
-        simple = arith(op, x, y)
-        if simple is not None:
-            return simple
-        if op == "/":
-            return _divide(x, y)
-        if op == "**" and x[0] >= 1 and y[1] <= 0:
-            return 0.0, 1.0
-        if op == "**" and x[0] >= 0 and x[1] <= 1 and y[0] >= 0:
-            return 0.0, 1.0
-        return FULL
-
-    @staticmethod
-    def _call(fn: str, rs: list) -> tuple[float, float]:
-        known = bounds_call(fn, rs)
-        if known is not None:
-            return known
-        if fn in ("float", "int"):
-            return rs[0]
-        if fn in ("sigmoid", "band"):
-            return 0.0, 1.0
-        if fn == "exp":
-            lo, hi = rs[0]
-            return (math.exp(lo) if lo < 700 else INF), (math.exp(hi) if hi < 700 else INF)
-        if fn == "abs":
-            lo, hi = rs[0]
-            return (lo, hi) if lo >= 0 else (-hi, -lo) if hi <= 0 else (0.0, max(-lo, hi))
-        if fn == "sqrt":
-            return 0.0, INF
-        if fn == "cos":
-            return -1.0, 1.0
-        return FULL
-
-    def _reduce(self, n: Node, d: int) -> tuple[float, float]:
-        what = n.attr[0] if n.op is Op.REDUCE else n.attr
-        x = self.of(n.args[0], True, d)
-        if what in ("min", "max", "mean", "median", "nth_largest", "quantile"):
-            return x
-        if what == "centered":
-            return x[0] - x[1], x[1] - x[0]
-        if what == "minmax":
-            return 0.0, 1.0
-        if what in ("count", "std", "mad"):
-            return 0.0, INF
-        if what == "sum" and x[0] >= 0:
-            return 0.0, INF
-        return FULL
-
-    # ------------------------------------------------------------------ guards
     def conjuncts(self, node: Node, depth: int = 0) -> list[Node]:
         """The parts of a condition that must all hold, through the lets and gates it names."""
         if depth > MAX_DEPTH:
@@ -373,7 +273,7 @@ def decide(ir: ShaperIR, ensure: Ensure) -> tuple[str, str] | None:
             return None
         lo, hi = got
         if ir.skips:  # a skipped group keeps its input rewards
-            lo, hi = _hull((lo, hi), REWARD[ensure.over])
+            lo, hi = hull((lo, hi), REWARD[ensure.over])
         if lo >= ensure.lo and hi <= ensure.hi:
             return "proved", f"static: every shaped reward lies in [{lo:g}, {hi:g}]"
         if total and (lo > ensure.hi or hi < ensure.lo):

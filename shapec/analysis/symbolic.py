@@ -15,7 +15,7 @@ import math
 
 import z3
 
-from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type, UNITS
 from .static import Bounds
 
 TIMEOUT_MS = 8000
@@ -78,9 +78,9 @@ class Encoder:
             if node.attr == "*":
                 return x * y, miss
             if node.attr == "/":
-                q, _ = self.fresh()
+                q, _ = self.fresh()  # x / 0 is +-inf (free here) and 0 / 0 is NaN, i.e. missing
                 self.s.add(z3.Implies(y != 0, q * y == x))
-                return q, z3.Or(miss, y == 0)
+                return q, z3.Or(miss, z3.And(y == 0, x == 0))
             if a[1].op is Op.CONST and float(a[1].attr) in (1.0, 2.0, 3.0):
                 out = x
                 for _ in range(int(a[1].attr) - 1):
@@ -124,8 +124,11 @@ class Encoder:
             if d.kind == "gaterules":
                 return self.gate_rules(d, i)
             return self.fresh(node)
-        if ns == "builtin" and name in ("reward", "env_reward"):
+        if ns == "builtin" and name == "reward":
             return self.reward(i), z3.BoolVal(False)
+        if ns == "builtin" and name == "env_reward":  # a later stage's or a caller's: nothing ties it to reward
+            v, _ = self.var(("env_reward", i))
+            return v, z3.BoolVal(False)
         if ns == "builtin" and name == "group_size":
             g, _ = self.var(("group_size",))
             self.s.add(g >= self.m, g == z3.ToInt(g))
@@ -133,7 +136,12 @@ class Encoder:
         if ns == "input":
             v, _ = self.var(("input", name, i))
             typ = dict(self.ir.inputs)[name]
-            self.s.add(z3.Or(v == 0, v == 1) if typ == "bool" else v >= 0)
+            if typ == "bool":
+                self.s.add(z3.Or(v == 0, v == 1))
+            elif typ in UNITS:
+                self.s.add(v >= 0)
+            elif typ == "int":
+                self.s.add(v == z3.ToInt(v))
             return v, z3.BoolVal(False)
         if ns == "param":
             return self.param(name)
@@ -248,7 +256,7 @@ class Encoder:
             ns, name = node.attr
             if ns == "var" and name in self.bounds.defs:
                 return self.uniform(self.bounds.defs[name], depth + 1)
-            return ns == "builtin" and name in ("reward", "env_reward")
+            return ns == "builtin" and name == "reward"
         return all(self.uniform(a, depth + 1) for a in node.args)
 
     # ------------------------------------------------------------------ statements

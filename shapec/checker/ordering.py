@@ -3,16 +3,13 @@ analysis of its values), and the order of a pipeline's stages."""
 
 from __future__ import annotations
 
-import math
 
 from ..syntax import ast as A
 from . import contracts as C
 from .shared import BOOL, INF, memoised
-from ..ir.intervals import arith, bounds_call
+from ..ir.intervals import node_interval
 from ..ir.nodes import Node, Op, UNITS
 
-# reductions whose value is one of, or between, the values reduced
-SELECTING = frozenset({"min", "max", "mean", "median", "quantile", "nth_largest"})
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
 
@@ -147,13 +144,13 @@ class OrderingPass:
         return memoised(self, "memo_range", node, lambda: self._range(node))
 
     def _range(self, node: Node) -> tuple[float, float]:
-        op = node.op
-        if node.ty.kind == BOOL:
-            return 0.0, 1.0
-        if op is Op.CONST:
-            return float(node.attr), float(node.attr)
-        if op is Op.REF:
+        """The one interval analysis (ir/intervals.py) over this shaper: references are bounded by the
+        params' declared ranges, the reward contract, the inputs' units and the lets' definitions,
+        and a product or quotient of related values by the contracts' ratio bounds."""
+        if node.op is Op.REF:
             ns, name = node.attr
+            if node.ty.kind == BOOL:
+                return 0.0, 1.0
             if ns == "param":
                 sp = self.params[name]
                 return (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
@@ -163,50 +160,11 @@ class OrderingPass:
                 return 0.0, INF  # lengths are validated >= 0 when a batch is read
             d = self.defn(node)
             return self.range(d) if d is not None else (-INF, INF)
-        if op is Op.REDUCE and node.attr[0] in SELECTING:
-            return self.range(node.args[0])  # present only over a non-empty selection of its values
-        if op is Op.NEG:
-            lo, hi = self.range(node.args[0])
-            return -hi, -lo
-        if op is Op.BIN:
-            (a, b), (c, d) = self.range(node.args[0]), self.range(node.args[1])
-            simple = arith(node.attr, (a, b), (c, d))
+        out = node_interval(node, [self.range(a) if a.ty.kind != "band" else (-INF, INF) for a in node.args])
+        if node.ty.kind == BOOL:
+            out = (max(out[0], 0.0), min(out[1], 1.0))
+        if node.op is Op.BIN:
             related = C.ratio_bounds(self, node)
-            if related is not None:  # both bound the product: keep the tighter of each end
-                return (related if simple is None else
-                        (max(simple[0], related[0]), min(simple[1], related[1])))
-            if simple is not None:
-                return simple
-            if node.attr == "/" and c > 0 and a >= 0:
-                return 0.0, (b / c if not math.isinf(b) else INF)
-            if node.attr == "**" and a >= 1 and d <= 0:
-                return 0.0, 1.0
-            if node.attr == "**" and a >= 0 and b <= 1 and c >= 0:
-                return 0.0, 1.0
-            return -INF, INF
-        if op is Op.CALL:
-            fn = node.attr
-            rs = [self.range(x) for x in node.args]
-            known = bounds_call(fn, rs)
-            if known is not None:
-                return known
-            if fn in ("sigmoid",):
-                return 0.0, 1.0
-            if fn in ("exp", "sqrt", "abs"):
-                lo = 0.0
-                if fn == "exp":
-                    hi = math.exp(rs[0][1]) if rs[0][1] < 700 else INF
-                    return lo, hi
-                return lo, INF
-            if fn == "cos":
-                return -1.0, 1.0
-            if fn == "band":
-                return 0.0, 1.0
-            return -INF, INF
-        if op is Op.BAND:
-            return 0.0, 1.0
-        if op in (Op.COND, Op.FALLBACK):
-            branches = node.args[1:] if op is Op.COND else node.args
-            rs = [self.range(x) for x in branches]
-            return min(r[0] for r in rs), max(r[1] for r in rs)
-        return -INF, INF
+            if related is not None:  # both bound the value: keep the tighter of each end
+                out = (max(out[0], related[0]), min(out[1], related[1]))
+        return out

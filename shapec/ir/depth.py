@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..syntax.depth import MAX_EXPR_DEPTH
 from ..syntax.source import Diagnostic
-from .nodes import Node, ShaperIR
+from .nodes import Node, ShaperIR, roots
 
 
 def deep_expressions(ir: ShaperIR) -> list[Diagnostic]:
@@ -14,16 +14,7 @@ def deep_expressions(ir: ShaperIR) -> list[Diagnostic]:
     memo: dict[int, int] = {}
     return [Diagnostic("E104", f"expression nested too deeply once helpers are inlined (more than {MAX_EXPR_DEPTH} "
                        "levels); split it with `let`", root.span)
-            for root in _roots(ir) if _depth(root, memo) > MAX_EXPR_DEPTH]
-
-
-def _roots(ir: ShaperIR):
-    yield from (node for _, node in ir.channels)
-    for step in (*ir.batch_steps, *ir.steps, *ir.skips):
-        yield from (n for n in (step.expr, step.on, step.when, *(when for _, _, when in step.rules)) if n is not None)
-    if ir.result is not None:
-        yield ir.result
-    yield from (node for _, node in ir.metrics)
+            for root in roots(ir) if _depth(root, memo) > MAX_EXPR_DEPTH]
 
 
 def _depth(root: Node, memo: dict[int, int]) -> int:

@@ -202,6 +202,28 @@ def walk(node: Node):
         stack.extend(reversed(n.args))
 
 
+def roots(ir: ShaperIR):
+    """Every expression a statement, channel, result or metric of the shaper holds."""
+    yield from (node for _, node in ir.channels)
+    for step in (*ir.batch_steps, *ir.steps, *ir.skips):
+        yield from (n for n in (step.expr, step.on, step.when, *(when for _, _, when in step.rules)) if n is not None)
+    if ir.result is not None:
+        yield ir.result
+    yield from (node for _, node in ir.metrics)
+
+
+def every_node(ir: ShaperIR):
+    """Every node of the shaper once, though inlined helpers share nodes between expressions."""
+    seen: set[int] = set()
+    stack = list(roots(ir))
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen.add(id(n))
+            yield n
+            stack.extend(a for a in n.args if isinstance(a, Node))
+
+
 def post_order(root, children, seen):
     """Every node under root after its children, each once: a stack, not recursion, since
     expressions can be deep. A node whose id is in `seen` (which the caller fills as each node is

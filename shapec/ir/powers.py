@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 
 def _odd_integer(y: float) -> bool:
     return math.isfinite(y) and y == math.floor(y) and math.fmod(y, 2.0) != 0.0
@@ -29,11 +27,3 @@ def c_pow(x: float, y: float) -> float:
         if x == 0:
             return math.copysign(math.inf, x) if _odd_integer(y) else math.inf
         return math.nan
-
-
-_ELEMENTWISE = np.frompyfunc(c_pow, 2, 1)
-
-
-def power(a, b) -> np.ndarray:
-    """Elementwise c_pow of two broadcastable float arrays (or scalars), as float64."""
-    return np.asarray(_ELEMENTWISE(a, b), dtype=np.float64)

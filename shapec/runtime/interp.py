@@ -14,7 +14,7 @@ import numpy as np
 
 from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type
 from .batch import Batch
-from ..ir.powers import power
+from ..ir.powers import c_pow
 from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_sum
 
 NAN = math.nan
@@ -29,6 +29,14 @@ class StageOutput:
     gate_codes: dict[str, np.ndarray]  # name -> (G,) index into ir.gate_reasons[name]; -1 = group skipped
     metrics: dict[str, float]
     state: dict[str, float] = field(default_factory=dict)
+
+
+_ELEMENTWISE_POW = np.frompyfunc(c_pow, 2, 1)
+
+
+def power(a, b) -> np.ndarray:
+    """Elementwise C pow (ir/powers.py says why not np.power) of two broadcastable float arrays, as float64."""
+    return np.asarray(_ELEMENTWISE_POW(a, b), dtype=np.float64)
 
 
 class Interpreter:

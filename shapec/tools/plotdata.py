@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import Node, Op, ShaperIR, UNITS
+from ..ir.nodes import Node, Op, ShaperIR, UNITS, walk
 from .explain import describe_gate, fmt_number, gate_verdicts
 from ..run.spec import ToolError, stage_irs
 from .trace import gate_operands, trace
@@ -65,12 +65,6 @@ def sweepable(shaper) -> dict[str, str]:
     return out
 
 
-def _walk(node: Node):
-    yield node
-    for arg in node.args:
-        yield from _walk(arg)
-
-
 def negated_only(shaper) -> set[str]:
     """Boolean inputs every use of which is under an odd number of `not`s."""
     polarity: dict[str, set[bool]] = {}
@@ -94,9 +88,9 @@ def negated_only(shaper) -> set[str]:
 def _channel_split(shaper, channel: str, unit: str) -> dict[str, float]:
     """The share of x each input of a derived channel gets: an even split of the inputs it adds up."""
     ir, node = channels_of(shaper)[channel]
-    parts = sorted({n.attr[1] for n in _walk(node) if n.op is Op.REF and n.attr[0] == "input"
+    parts = sorted({n.attr[1] for n in walk(node) if n.op is Op.REF and n.attr[0] == "input"
                     and dict(ir.inputs).get(n.attr[1]) == unit})
-    if not parts or any(n.op is Op.REF and n.attr[0] == "input" and n.attr[1] not in parts for n in _walk(node)):
+    if not parts or any(n.op is Op.REF and n.attr[0] == "input" and n.attr[1] not in parts for n in walk(node)):
         raise ToolError(f"--channel {channel!r}: derived from inputs other than {unit} lengths; "
                         f"sweep one of its inputs instead")
     share = {p: 1.0 / len(parts) for p in parts}
@@ -211,7 +205,7 @@ def _deps(ir: ShaperIR, node: Node, seen: set[str] | None = None) -> tuple[set[s
     seen = set() if seen is None else seen
     metas, params = set(), set()
     lets = {s.name: s.expr for s in (*ir.batch_steps, *ir.steps) if s.kind in ("let", "gate") and s.expr is not None}
-    for sub in _walk(node):
+    for sub in walk(node):
         if sub.op in (Op.REF, Op.BANDREF) and isinstance(sub.attr, tuple):
             ns, name = sub.attr
             if ns == "meta":

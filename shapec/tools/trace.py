@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type
+from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type, walk
 from ..runtime.batch import Batch, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import param_arrays
@@ -71,12 +71,6 @@ class Value:
     values: np.ndarray  # (G,) or (G, 4) for bands
 
 
-def _walk(node: Node):
-    yield node
-    for arg in node.args:
-        yield from _walk(arg)
-
-
 def _is_group_value(node: Node) -> bool:
     """A value with one entry per group, other than a bare param (the config shows those)."""
     is_param = node.op in (Op.REF, Op.BANDREF) and node.attr[0] == "param"
@@ -85,7 +79,7 @@ def _is_group_value(node: Node) -> bool:
 
 def _compared(node: Node):
     """The group-level operands of every comparison or missing()/present() test inside a decision."""
-    for sub in _walk(node):
+    for sub in walk(node):
         if sub.op is Op.CMP or (sub.op is Op.CALL and sub.attr in ("missing", "present")):
             for side in sub.args:
                 if side.op is not Op.CONST and _is_group_value(side):
@@ -108,7 +102,7 @@ def decision_nodes(ir: ShaperIR) -> list[tuple[str, Node]]:
     for step in (*ir.skips, *ir.steps):
         exprs = [step.expr, step.on, step.when, *(w for _, _, w in step.rules)]
         for expr in (e for e in exprs if e is not None):
-            for sub in _walk(expr):
+            for sub in walk(expr):
                 if sub.op is Op.REDUCE and _is_group_value(sub):
                     add(node_text(sub), sub)
             if step.kind != "let":

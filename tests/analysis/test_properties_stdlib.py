@@ -104,11 +104,11 @@ def test_counterexample_replays_through_the_cli(tmp_path, module, verdict, backe
     assert "counterexample" in explain.stdout
 
 
-# (module, shaper, the param the clause's `when` bounds, a value that keeps it, one that breaks it)
+# (module, shaper, a param the clause's `when` bounds, a value that keeps it, one that breaks it)
 PUBLISHED = [
     ("kimi", "kimi_length", "weight", 2, 10),
     ("cosine", "cosine_length", "exceed", None, -10),
-    ("dapo", "overlong", "penalty_factor", 1, 10),
+    ("dapo", "overlong", "past_max", "capped", "linear"),
     ("grpo_lead", "lead_reward", "wrong", -1, 2),
     ("grpo_lead", "lead_advantage", "low", 0, -10),
     ("prime_rl", "linear_length", "input_weight", 0.1, 10),
