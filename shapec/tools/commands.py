@@ -55,7 +55,7 @@ def _spec_args(p: argparse.ArgumentParser, default_backend: str = "$SHAPEC_BACKE
     p.add_argument("--shaper", help="shaper or pipeline to use (default: the only one, or the only pipeline)")
     p.add_argument("--config", help="YAML params: shaper/stage names -> params, or a NeMo-RL config with grpo:")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one param (YAML value; STAGE.KEY for a pipeline stage); repeatable")
+                   help="override one param (a YAML 1.2 value; STAGE.KEY for a pipeline stage); repeatable")
     p.add_argument("--backend", choices=("numba", "interpreter"),
                    help=f"execution backend (default: {default_backend})")
     p.add_argument("--parallel", action=argparse.BooleanOptionalAction, default=None,

@@ -106,8 +106,10 @@ def yaml_value(text: str, where: str) -> Any:
     reader's own message spans lines with a snippet, and deep nesting exhausts Python's stack."""
     import yaml
 
+    from . import yaml12
+
     try:
-        value = yaml.safe_load(text)
+        value = yaml12.load(text)
     except RecursionError:
         raise ToolError(f"{where}: value is not valid YAML (nested too deeply)") from None
     except yaml.YAMLError as err:
@@ -118,7 +120,7 @@ def yaml_value(text: str, where: str) -> Any:
 
 
 def parse_set(items: list[str]) -> list[tuple[str, Any]]:
-    """`key=value` pairs; values are YAML (so `0.2`, `true`, `[1, 2]`, `null` mean what they say)."""
+    """`key=value` pairs; values are YAML 1.2 (so `0.2`, `1e-3`, `true`, `[1, 2]`, `null` mean what they say)."""
     out = []
     for item in items:
         key, sep, raw = item.partition("=")
@@ -161,9 +163,11 @@ def build_plan(shaper, module_names: Mapping[str, frozenset[str]] | tuple[str, .
 def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -> None:
     import yaml
 
+    from . import yaml12
+
     try:
         raw = path.read_bytes()
-        data = yaml.load(raw.decode("utf-8"), Loader=_unique_key_loader())
+        data = yaml12.load(raw.decode("utf-8"))
     except OSError as err:
         raise ToolError(f"{printable(path)}: cannot read config ({err.strerror})") from None
     except UnicodeDecodeError as err:
@@ -253,33 +257,6 @@ def _mapping(value: Any, where: str) -> dict:
     if not isinstance(value, Mapping):
         raise ToolError(f"{where}: expected a mapping, got {type(value).__name__}")
     return dict(value)
-
-
-def _unique_key_loader():
-    """A safe YAML loader on which a key written twice in one mapping is an error, not last-wins."""
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
-            seen: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`, merged by the base class
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    first = seen.setdefault(key, key_node.value)
-                except TypeError:  # a mapping or a list as a key: no config has one
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"a key must be a name or a number, not a {type(key).__name__}",
-                        key_node.start_mark) from None
-                if first is not key_node.value:
-                    same = "" if first == key_node.value else f", equal to the earlier key {first!r}"
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key_node.value!r}{same} (the later value would silently win)",
-                        key_node.start_mark)
-            return super().construct_mapping(node, deep)
-
-    return Loader
 
 
 def _first_error(err, where: str) -> ToolError:
