@@ -23,6 +23,7 @@ CODES = {
     "E210": "import leaves the spec's folder tree (absolute path, `..`, symlink, NUL, or a spec without a file)",
     "E211": "import target is not a readable .shape spec",
     "E212": "import cycle",
+    "E213": "helper calls expand to too many copies once inlined",
     # E3xx types, units and levels
     "E301": "unit mismatch",
     "E302": "type mismatch",

@@ -12,6 +12,11 @@ from .shared import BAD, BOOL, INF, MAX_EXACT_INT, NUM, Binding, finite_const, s
 from ..ir.nodes import GROUP, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS
+MAX_INLINED_CALLS = 10_000
+
+
+class TooManyCopies(Exception):
+    """Raised inside nested inlining, caught (and reported once) at the call a statement makes."""
 
 
 class ScopesPass:
@@ -160,6 +165,23 @@ class ScopesPass:
         return Node(Op.REF, (), Type(kind, GROUP, unit, maybe_missing=True), ("meta", path), span)
 
     def inline(self, e: A.Call, fn: A.FnDef) -> Node:
+        """The helper's body checked with its arguments bound. Helpers are inlined at every call, so a
+        chain of helpers that each call the next twice doubles per level: one call from a statement may
+        expand to at most MAX_INLINED_CALLS helper bodies (E213), which bounds the checker's time."""
+        if self.fn_stack:
+            return self._inline(e, fn)
+        self.inlined_calls = 0
+        try:
+            return self._inline(e, fn)
+        except TooManyCopies:
+            return self.error("E213", f"{fn.name}() expands to more than {MAX_INLINED_CALLS:,} helper calls once "
+                              "inlined (each helper that calls another twice doubles the count); compute the "
+                              "repeated call once with a `let` and pass its value", e.span)
+
+    def _inline(self, e: A.Call, fn: A.FnDef) -> Node:
+        self.inlined_calls += 1
+        if self.inlined_calls > MAX_INLINED_CALLS:
+            raise TooManyCopies
         if fn.name in self.fn_stack:
             return self.error("E207", f"helper {fn.name!r} calls itself; helpers are inlined and cannot recurse", e.span)
         if len(e.args) != len(fn.params):

@@ -14,6 +14,11 @@ def body(*lines: str, header: str = HEADER) -> str:
     return header + "".join(f"  {line}\n" for line in lines) + "}\n"
 
 
+def DOUBLING(levels: int) -> str:  # noqa: N802 (reads as a source constant in the table)
+    """Helpers f0..f{levels} where each calls the one before twice: 2**levels copies once inlined."""
+    return "fn f0(x) = x + 1\n" + "".join(f"fn f{i}(x) = f{i - 1}(x) + f{i - 1}(x)\n" for i in range(1, levels + 1))
+
+
 # (code, bad source, snippet where the caret goes, corrected source)
 CASES = [
     ("E201", body("let x = lenght + 1"), "lenght", body("let x = length + 1")),
@@ -29,6 +34,7 @@ CASES = [
     ("E211", 'import "notes.txt"\n' + body("let x = 1"), '"notes.txt"', body("let x = 1")),
     ("E206", body("let x = 1") + "pipeline p = s >> t\n", "t\n", body("let x = 1") + "pipeline p = s >> s\n"),
     ("E207", "fn f(x) = f(x)\n" + body("let y = f(length)"), "= f(x)", "fn f(x) = x\n" + body("let y = f(length)")),
+    ("E213", DOUBLING(20) + body("let y = f20(length)"), "f20(length)", DOUBLING(12) + body("let y = f12(length)")),
     ("E208", "shaper s() {\n  meta pb: {total: band}\n  let x = pb.totl.a\n}\n", "pb.totl",
      "shaper s() {\n  meta pb: {total: band}\n  let x = pb.total.a\n}\n"),
     ("E209", body("let typical = mean(length)", "skip long when typical > 10"),
