@@ -113,7 +113,26 @@ def boundary_params(ir: ShaperIR, when: Node | None) -> list[dict[str, Any]]:
         out += [{spec.name: v} for v in values]
         if values:
             lows[spec.name], highs[spec.name] = min(values), max(values)
-    return out + [d for d in (lows, highs) if len(d) > 1]
+    pinned = pinned_params(ir, when)
+    edges = out + [d for d in (lows, highs) if len(d) > 1]
+    return [{**d, **pinned} for d in edges if not set(d) & set(pinned)] + ([pinned] if pinned else [])
+
+
+def pinned_params(ir: ShaperIR, when: Node | None) -> dict[str, Any]:
+    """The params a `when` condition holds at one value (`p == c` joined by `and`), as a call passes them."""
+    specs = {s.name: s for s in ir.params}
+    out: dict[str, Any] = {}
+    stack = [when] if when is not None else []
+    while stack:
+        n = stack.pop()
+        if n.op is Op.AND:
+            stack.extend(n.args)
+        elif n.op is Op.CMP and n.attr == "==" and n.args[1].op is Op.CONST and n.args[0].op is Op.REF \
+                and n.args[0].attr[0] == "param" and n.args[0].attr[1] in specs:
+            spec, c = specs[n.args[0].attr[1]], float(n.args[1].attr)
+            out[spec.name] = (spec.members[int(c)] if spec.kind == "enum" else bool(c) if spec.kind == "bool"
+                              else int(c) if spec.kind == "int" else c)
+    return out
 
 
 def random_param(spec: ParamSpec, rng: random.Random) -> Any:

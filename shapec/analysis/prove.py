@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.nodes import Node, Op, PipelineIR, ShaperIR, Type
+from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type
+from ..syntax.source import Span
 from . import static
 from .properties import Goal, goals
 from .search import Found, SearchStats, breaking_values, evaluate, search
@@ -33,6 +34,13 @@ class Verdict:
     stats: SearchStats | None = None
     breaks: dict = field(default_factory=dict)
     blame: object = None  # the Step (or "result") whose removal keeps the property in the counterexample
+    pipeline: str | None = None  # a stage's verdict: the pipeline that calls it, where, with what
+    at: Span | None = None
+    arguments: dict = field(default_factory=dict)
+
+    @property
+    def who(self) -> str:
+        return self.shaper.name if self.pipeline is None else f"pipeline {self.pipeline}, stage {self.shaper.name}"
 
 
 def decide(ir: ShaperIR, goal: Goal, trials: int = TRIALS) -> Verdict:
@@ -72,6 +80,42 @@ def blame(ir: ShaperIR, goal: Goal, found: Found):
     return None
 
 
-def analyse(ir: ShaperIR | PipelineIR, trials: int = TRIALS) -> list[Verdict]:
-    stages = [s for s, _ in ir.stages] if isinstance(ir, PipelineIR) else [ir]
-    return [decide(s, g, trials) for s in stages for g in goals(s)]
+def analyse(ir: ShaperIR, trials: int = TRIALS) -> list[Verdict]:
+    return [decide(ir, g, trials) for g in goals(ir)]
+
+
+def analyse_stages(p: PipelineIR, trials: int = TRIALS, decided: tuple[ShaperIR, ...] = ()) -> list[Verdict]:
+    """Every property of every stage as the pipeline calls it: its call arguments join each clause's
+    `when`, so the prover and the search hold them at the values the pipeline passes (a band argument
+    is not a comparable value; its stage is decided for every band). A stage in `decided` called
+    without arguments is left out: its own verdicts say it all."""
+    out = []
+    for (stage, args), span in zip(p.stages, p.spans or (None,) * len(p.stages)):
+        if not args and any(stage is d for d in decided):
+            continue
+        fixed = _arguments_hold(stage, args)
+        for g in goals(stage):
+            when = fixed if g.ensure.when is None else g.ensure.when if fixed is None else _and(g.ensure.when, fixed)
+            v = decide(stage, replace(g, ensure=replace(g.ensure, when=when)), trials)
+            out.append(replace(v, goal=g, pipeline=p.name, at=span, arguments=args))
+    return out
+
+
+def _arguments_hold(stage: ShaperIR, args: dict) -> Node | None:
+    """`param == value` for each call argument, joined by `and`; None when there is none."""
+    out = None
+    for spec in stage.params:
+        if spec.name not in args or spec.kind == "band" or args[spec.name] is None:
+            continue
+        value = args[spec.name]
+        number = float(spec.members.index(value)) if spec.kind == "enum" else float(value)
+        kind = spec.kind if spec.kind in ("enum", "bool") else "num"
+        ref = Node(Op.REF, (), Type(kind, PARAM, members=spec.members),
+                   ("param", spec.name))
+        test = Node(Op.CMP, (ref, Node(Op.CONST, (), Type("num"), number)), Type("bool", PARAM), "==")
+        out = test if out is None else _and(out, test)
+    return out
+
+
+def _and(a: Node, b: Node) -> Node:
+    return Node(Op.AND, (a, b), Type("bool", PARAM))

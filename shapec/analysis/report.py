@@ -57,7 +57,7 @@ def rows(v: Verdict) -> list[dict]:
 def write_counterexample(v: Verdict, folder: Path) -> Path:
     """`SHAPER.PROPERTY.jsonl` in folder, written to a temporary name and renamed on success."""
     folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / f"{v.shaper.name}.{v.goal.prop}.jsonl"
+    dest = folder / f"{v.pipeline + '.' if v.pipeline else ''}{v.shaper.name}.{v.goal.prop}.jsonl"
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         for row in rows(v):
@@ -109,6 +109,8 @@ def breaks_text(v: Verdict) -> str:
 
 
 def _span_of(v: Verdict) -> Span:
+    if v.at is not None:  # a stage: where the user's pipeline calls it, not the stage's own file
+        return v.at
     if v.goal.declared:
         return v.goal.ensure.span
     st = v.blame
@@ -126,21 +128,21 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
             where = ""
             if folder is not None and v.found.case.env_rewards is None:  # a file's env_reward is its reward
                 path = write_counterexample(v, folder)
-                where = f"; replay: {replay_command(v, spec, path)}"
+                where = f"; replay: {replay_command(v, v.shaper.filename if v.pipeline else spec, path)}"
             code = REFUTED_ERROR[v.goal.prop] if v.goal.declared else REFUTED_WARNING[v.goal.prop]
             severity = "error" if v.goal.declared else "warning"
-            out.append(Diagnostic(code, f"{v.shaper.name}: {v.goal.title()} refuted: {describe(v)}{where}",
+            out.append(Diagnostic(code, f"{v.who}: {v.goal.title()} refuted: {describe(v)}{where}",
                                   _span_of(v), severity))
             st = v.blame
-            if v.goal.declared and st is not None:
+            if v.goal.declared and st is not None and v.at is None:
                 span = v.shaper.result.span if st == "result" else st.expr.span
                 what = "the result" if st == "result" else f"{st.kind} {st.name}"
                 out.append(Diagnostic(code, f"{what} breaks it: without it the counterexample keeps the property",
                                       span, "note"))
         elif v.status == "unknown" and v.goal.declared:
             s = v.stats
-            out.append(Diagnostic("W704", f"{v.shaper.name}: {v.goal.title()} undecided: {v.how} "
-                                  f"({s.trials} groups of {s.sizes[0]}-{s.sizes[1]} rollouts)", v.goal.ensure.span,
+            out.append(Diagnostic("W704", f"{v.who}: {v.goal.title()} undecided: {v.how} "
+                                  f"({s.trials} groups of {s.sizes[0]}-{s.sizes[1]} rollouts)", _span_of(v),
                                   "warning"))
     return out
 
@@ -150,9 +152,13 @@ def text(verdicts: list[Verdict]) -> str:
     for v in verdicts:
         kind = "declared" if v.goal.declared else "without its `when`" if v.goal.outside else "not declared"
         cond = " (under its `when` condition)" if v.goal.ensure.when is not None else ""
-        head = f"{v.shaper.name}: {v.goal.title()} [{kind}{cond}]: {v.status}"
+        if v.arguments:
+            called = ", ".join(f"{k}={_yaml(a)}" for k, a in v.arguments.items())
+            cond = f" (under its `when`, called with {called})" if cond else f" (called with {called})"
+        head = f"{v.who}: {v.goal.title()} [{kind}{cond}]: {v.status}"
         if v.status == "proved":
-            every = " for every param value in range" if v.shaper.params and v.goal.ensure.when is None else ""
+            every = (" for every param value in range" if v.shaper.params and v.goal.ensure.when is None
+                     and not v.arguments else "")
             lines.append(f"{head}{every} ({v.how})")
         elif v.status == "refuted":
             lines.append(f"{head}: {describe(v)}")
@@ -164,9 +170,17 @@ def text(verdicts: list[Verdict]) -> str:
     return "\n".join(lines)
 
 
+def summary(files: int, verdicts: list[Verdict]) -> str:
+    """The last line: how many files, and how each property came out."""
+    counts = {status: sum(v.status == status for v in verdicts) for status in ("proved", "refuted", "unknown")}
+    told = ", ".join(f"{n} {'undecided' if status == 'unknown' else status}" for status, n in counts.items() if n)
+    return f"{files} file{'s' if files != 1 else ''}: " + (f"{len(verdicts)} properties: {told}" if verdicts
+                                                          else "no shaper or pipeline stage to prove")
+
+
 def to_json(v: Verdict) -> dict:
-    d = {"shaper": v.shaper.name, "property": v.goal.title(), "declared": v.goal.declared, "status": v.status,
-         "how": v.how}
+    d = {"shaper": v.shaper.name, "pipeline": v.pipeline, "property": v.goal.title(), "declared": v.goal.declared,
+         "status": v.status, "how": v.how}
     if v.found is not None:
         d["counterexample"] = {"rows": rows(v), "set": set_args(v), "shaped": v.found.shaped,
                                "rollouts": list(v.found.rollouts)}
@@ -202,9 +216,10 @@ def _clipped(ir: ShaperIR) -> bool:
 def pipeline_warnings(ir: PipelineIR) -> list[Diagnostic]:
     out = []
     stages = [s for s, _ in ir.stages]
-    for prev, stage in zip(stages, stages[1:]):
+    spans = ir.spans or tuple(s.result.span if s.result is not None else Span.none() for s in stages)
+    for prev, stage, span in zip(stages, stages[1:], spans[1:]):
         if prev.produces not in ("binary", "advantage") and not _clipped(prev) and _std_normalised(stage):
             out.append(Diagnostic("W703", f"pipeline {ir.name!r}: {prev.name!r} produces continuous ({prev.produces}) "
                                   f"rewards and {stage.name!r} divides by their std without a clip; "
-                                  + TIME_EFFICIENCY_ADVICE, stage.result.span, "warning"))
+                                  + TIME_EFFICIENCY_ADVICE, span, "warning"))
     return out

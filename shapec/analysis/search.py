@@ -13,7 +13,8 @@ from ..ir.nodes import ROLLOUT, Ensure, ShaperIR, Type
 from ..runtime.batch import BatchError, make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import ParamError, param_arrays
-from .cases import REWARDS, ROUND, Case, boundary_params, in_range, param_values, random_case, random_param
+from .cases import (REWARDS, ROUND, Case, boundary_params, in_range, param_values, pinned_params, random_case,
+                    random_param)
 from .properties import violation
 
 SIZES = (2, 2, 3, 3, 4, 5, 6, 8, 1, 12)
@@ -69,10 +70,11 @@ def search(ir: ShaperIR, ensure: Ensure, trials: int, seed: int = 0,
     rng = random.Random(seed)
     stats = SearchStats(sizes=(min(SIZES), max(SIZES)))
     edges = boundary_params(ir, ensure.when) if fixed is None else []
+    pinned = pinned_params(ir, ensure.when)
     for t in range(trials):
         stats.trials = t + 1
         edge = t < min(trials // 2, 8 * len(edges))  # the edges first, each with several random groups
-        case = _trial_case(ir, ensure, rng, edges[t % len(edges)] if edge else fixed)
+        case = _trial_case(ir, ensure, rng, edges[t % len(edges)] if edge else fixed, pinned)
         got = evaluate(ir, ensure, case)
         if got is False:
             stats.rejected += 1
@@ -81,10 +83,13 @@ def search(ir: ShaperIR, ensure: Ensure, trials: int, seed: int = 0,
     return None, stats
 
 
-def _trial_case(ir: ShaperIR, ensure: Ensure, rng: random.Random, fixed: dict | None) -> Case:
+def _trial_case(ir: ShaperIR, ensure: Ensure, rng: random.Random, fixed: dict | None,
+                pinned: dict | None = None) -> Case:
+    """A random group; fixed: these params and no other; pinned: these params whatever else is drawn."""
     params = dict(fixed) if fixed is not None else {}  # fixed: every other param stays as given
     if fixed is None and rng.random() > 0.2:
         params = {s.name: random_param(s, rng) for s in ir.params if rng.random() < 0.5}
+    params.update(pinned or {})
     case = random_case(ir, rng.choice(SIZES), ensure.over, rng, params)
     if ensure.prop == "all_wrong_unchanged":
         case.rewards = [0.0] * case.size
@@ -184,7 +189,10 @@ def breaking_values(ir: ShaperIR, ensure: Ensure, found: Found, trials: int = 60
     """Per param worth reporting: (values that break the property, values that kept it in the search);
     the second list is empty when every value tried breaks it."""
     out = {}
+    pinned = pinned_params(ir, ensure.when)  # a pipeline's arguments: not the user's to vary
     for spec in ir.params:
+        if spec.name in pinned:
+            continue
         if spec.kind not in ("enum", "bool") and not spec.optional and spec.name not in found.case.params:
             continue
         bad, good = [], []

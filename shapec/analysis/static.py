@@ -104,7 +104,7 @@ class Bounds:
             elif sp.kind == "bool":
                 out = (0.0, 1.0)
             elif sp.kind != "band":
-                out = (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
+                out = sp.interval()
         elif ns == "input":
             typ = self.inputs[name]
             out = (0.0, 1.0) if typ == "bool" else (0.0, INF) if typ in UNITS else FULL

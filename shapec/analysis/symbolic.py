@@ -189,8 +189,9 @@ class Encoder:
                 out = z3.If(v < out, v, out) if fn == "min" else z3.If(v > out, v, out)
             return out, miss
         if fn == "clip":
-            (x, _), (lo, _), (hi, _) = args
-            return z3.If(x < lo, lo, z3.If(x > hi, hi, x)), miss
+            (x, _), (lo, _), (hi, _) = args  # min(max(x, lo), hi), as the kernels: hi wins when lo > hi
+            y = z3.If(x >= lo, x, lo)
+            return z3.If(y <= hi, y, hi), miss
         if fn == "abs":
             return z3.If(args[0][0] < 0, -args[0][0], args[0][0]), miss
         if fn == "float":

@@ -121,7 +121,8 @@ class Checker:
         ok = stage_order(self, stages) and ok
         if not ok:
             return None
-        return PipelineIR(p.name, _distinct_stage_names([(s, a) for s, a, _ in stages]), source, filename)
+        return PipelineIR(p.name, _distinct_stage_names([(s, a) for s, a, _ in stages]), source, filename,
+                          tuple(span for _, _, span in stages))
 
     def const_value(self, expr: A.Expr, spec: ParamSpec):
         """Evaluate a constant call argument or default against a param's declared type."""

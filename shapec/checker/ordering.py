@@ -3,6 +3,8 @@ analysis of its values), and the order of a pipeline's stages."""
 
 from __future__ import annotations
 
+import math
+
 
 from ..syntax import ast as A
 from . import contracts as C
@@ -116,28 +118,34 @@ class OrderingPass:
                 return (node.attr in ("==", ">=") and b.attr > 0) or (node.attr == ">" and b.attr >= 0)
         return False
 
-    def open_params(self, node: Node) -> list[str]:
-        """Numeric params node depends on (through its names) that declare no range, in order of use.
-
-        An unbounded param is what usually keeps a factor from being provably within [0, 1]. Each
-        node is visited once, however many paths lead to it.
-        """
-        names: dict[str, None] = {}
-        visited: set[int] = set()
-        stack = [node]
-        while stack:
-            n = stack.pop()
-            if id(n) in visited:
-                continue
-            visited.add(id(n))
-            if n.op is Op.REF and n.attr[0] == "param":
-                sp = self.params[n.attr[1]]
-                if sp.kind in ("int", "float") and (sp.lo is None or sp.hi is None):
-                    names[sp.name] = None
-                continue
+    def unbounded_hint(self, node: Node) -> str:
+        """Names the value that makes a factor's interval unbounded: from the factor down through its lets,
+        into an unbounded operand built from others while there is one, so `length / target` is named
+        rather than a param whose declared range is fine; a param when it declares no range at all or is
+        the only unbounded leaf."""
+        n = node
+        while True:
             d = self.defn(n)
-            stack.extend(reversed([d] if d is not None else n.args))
-        return list(names)
+            if d is not None:
+                n = d
+                continue
+            kids = [a for a in n.args if a.ty.kind != "band" and not all(map(math.isfinite, self.range(a)))]
+            inner = [a for a in kids if a.op is not Op.REF or self.defn(a) is not None]
+            if not inner:
+                break
+            n = inner[0]
+        lo, hi = self.range(n)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return ""
+        leaves = [n] if n.op is Op.REF else kids
+        params = [self.params[a.attr[1]] for a in leaves if a.op is Op.REF and a.attr[0] == "param"]
+        rangeless = [sp for sp in params if sp.lo is None and sp.hi is None]
+        if rangeless:
+            return f"; param {rangeless[0].name!r} declares no range (e.g. `{rangeless[0].name}: float in [0, 1]`)"
+        if params and len(params) == len(leaves):
+            return f"; param {params[0].name!r} declares no {'upper' if params[0].hi is None else 'lower'} bound"
+        text = n.span.source.text[n.span.start:n.span.end] if n.span.source is not None else ""
+        return f"; `{text}` may range over [{lo:g}, {hi:g}]" if text else ""
 
     def range(self, node: Node) -> tuple[float, float]:
         """Interval bounds of a numeric expression (conservative), once per node (shared.memoised)."""
@@ -153,7 +161,7 @@ class OrderingPass:
                 return 0.0, 1.0
             if ns == "param":
                 sp = self.params[name]
-                return (sp.lo if sp.lo is not None else -INF), (sp.hi if sp.hi is not None else INF)
+                return sp.interval()
             if ns == "builtin" and name == "reward":
                 return self.reward_range
             if ns == "input" and node.ty.unit in UNITS:

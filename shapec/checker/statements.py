@@ -165,9 +165,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     if node.ty is not POISON:
                         lo, hi = self.range(node)
                         if lo < 0 or hi > 1:
-                            open_ = self.open_params(node)
-                            hint = (f"; param {open_[0]!r} declares no range (e.g. `{open_[0]}: float in [0, 1]`)"
-                                    if open_ else "")
+                            hint = self.unbounded_hint(node)
                             self.error("E503", f"factor {name!r} is not provably within [0, 1] "
                                        f"(it may range over [{lo:g}, {hi:g}]); use a band, a clip "
                                        f"or a power with a non-positive exponent of a value >= 1{hint}", e.span)

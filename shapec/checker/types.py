@@ -293,12 +293,12 @@ class TypesPass:
             return self.skipped(e)
         if name in REDUCTIONS and (name not in ("min", "max") or len(e.args) == 1 or has_where):
             return self.reduce(e, name)
+        if name not in ELEMENTWISE and name not in self.p.fns:  # unknown first: `meidan(x where m)` is a typo
+            known = sorted(set(REDUCTIONS) | ELEMENTWISE | set(self.p.fns))
+            return self.error("E203", f"unknown function {name!r}{suggest(name, known)}", f.span)
         if has_where:
             return self.error("E302", f"`where` only goes inside a reduction, not in {name}()", e.span)
-        if name in ELEMENTWISE:
-            return self.elementwise(e, name)
-        known = sorted(set(REDUCTIONS) | ELEMENTWISE | set(self.p.fns))
-        return self.error("E203", f"unknown function {name!r}{suggest(name, known)}", f.span)
+        return self.elementwise(e, name)
 
     def reduce(self, e: A.Call, name: str) -> Node:
         needs_bool, kind, keeps_unit, missing, extra, rollout_valued = REDUCTIONS[name]

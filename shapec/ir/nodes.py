@@ -8,6 +8,7 @@ propagates, so whatever depends on it fails closed (a term is not applied, a gat
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +112,13 @@ class ParamSpec:
     hi_strict: bool = False
     members: tuple[str, ...] = ()
 
+    def interval(self) -> tuple[float, float]:
+        """The declared range as a closed interval: a strict bound moves to the next float inside, so
+        `target: tokens > 0` is never 0 to a division."""
+        lo = -math.inf if self.lo is None else math.nextafter(self.lo, math.inf) if self.lo_strict else self.lo
+        hi = math.inf if self.hi is None else math.nextafter(self.hi, -math.inf) if self.hi_strict else self.hi
+        return float(lo), float(hi)
+
 
 @dataclass(frozen=True, slots=True)
 class MetaSpec:
@@ -190,6 +198,7 @@ class PipelineIR:
     stages: tuple[tuple[ShaperIR, dict[str, Any]], ...]  # shaper and its call arguments
     source: str = ""
     filename: str = ""
+    spans: tuple[Span, ...] = field(default=(), compare=False)  # each stage's place in the pipeline line
 
 
 # ------------------------------------------------------------------------- walks

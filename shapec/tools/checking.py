@@ -48,8 +48,8 @@ def cmd_prove(files: list, args) -> int:
 
         print(f"shapec: error: {MissingExtra()}", file=sys.stderr)
         return 2
-    from ..analysis.prove import analyse
-    from ..analysis.report import diagnostics, pipeline_warnings, text, to_json
+    from ..analysis.prove import analyse, analyse_stages
+    from ..analysis.report import diagnostics, pipeline_warnings, summary, text, to_json
 
     diags, verdicts = [], []
     folder = Path(args.counterexamples)
@@ -60,6 +60,9 @@ def cmd_prove(files: list, args) -> int:
             diags += diagnostics(found, str(f), folder)
         for p in mod.pipelines.values():
             diags += pipeline_warnings(p)
+            found = analyse_stages(p, args.trials, tuple(mod.shapers.values()))
+            verdicts += found
+            diags += diagnostics(found, str(f), folder)
     if args.format == "json":
         print(json.dumps({"diagnostics": [d.to_json() for d in diags],
                           "properties": [to_json(v) for v in verdicts]}, indent=2))
@@ -68,4 +71,6 @@ def cmd_prove(files: list, args) -> int:
             print(d.render(), file=sys.stderr)
         if verdicts:
             print(text(verdicts))
+        if not args.quiet:
+            print(summary(len(files), verdicts))
     return 1 if any(d.severity == "error" for d in diags) else 0

@@ -70,7 +70,7 @@ PROVE_CASES = [
      spec("ensure shorter_not_worse(t) on reward > 0", "term b = -float(t) / 1000 on reward > 0", "clamp >= 0")),
     ("W701", spec(PENALTY), "-w * float(t) / 100", None, spec(PENALTY, "clamp >= 0")),
     ("W702", spec("term bonus = 0.5"), "0.5", None, spec("term bonus = 0.5 on reward > 0")),
-    ("W703", CONT + "  clamp >= 0\n}\n" + ADV, "(reward - mean(reward)) /", None,
+    ("W703", CONT + "  clamp >= 0\n}\n" + ADV, "adv\n", None,
      "shaper cont() requires binary produces real {\n  input t: tokens\n"
      "  result = clip(reward - float(t) / 100, 0, 1)\n}\n" + ADV),
     ("W704", spec("ensure shorter_not_worse(t) on reward > 0", "factor p = max(1, float(t) / 100) ** -w on reward > 0",
@@ -193,3 +193,30 @@ def test_static_pass_proves_under_a_when_but_never_refutes_one(tmp_path):
 def test_shorter_not_worse_mask_is_optional_and_only_for_it():
     assert_ok(spec("ensure shorter_not_worse(t)", "term pen = -float(t) / 1000"))
     assert_error(spec("ensure order_kept on reward > 0"), "E702", "ensure", message="`ensure order_kept`")
+
+
+PIPELINE_ONLY = ("import dapo\nimport thinkprune\n"
+                 "pipeline p = thinkprune.truncate(limit=6000) >> dapo.overlong(max_length=8000, cache=2000)\n")
+
+
+def test_a_file_with_only_a_pipeline_proves_each_stage_at_the_arguments_it_is_called_with(tmp_path, capsys):
+    path = tmp_path / "p.shape"
+    path.write_text(PIPELINE_ONLY)
+    rc = cli.main(["check", "--prove", "--trials", "200", "--counterexamples", str(tmp_path / "cx"), str(path)])
+    out, err = capsys.readouterr()
+    assert rc == 0
+    assert ("pipeline p, stage overlong: order_kept over binary [declared (under its `when`, called with "
+            "max_length=8000, cache=2000)]: proved") in out
+    assert "pipeline p, stage truncate: within [0, 1] over binary [declared (called with limit=6000)]: proved" in out
+    assert out.splitlines()[-1].startswith("1 file: 9 properties: ")
+    line, col = position(PIPELINE_ONLY, "dapo.overlong(")
+    assert f"{path}:{line}:{col}: warning[W702]: pipeline p, stage overlong: all_wrong_unchanged" in err
+    cx = tmp_path / "cx" / "p.overlong.all_wrong_unchanged.jsonl"
+    assert cx.exists() and "max_length=8000" in err and "--set cache=2000" in err
+
+
+def test_prove_says_when_a_file_has_nothing_to_prove(tmp_path, capsys):
+    path = tmp_path / "empty.shape"
+    path.write_text('"""Only a docstring."""\n')
+    assert cli.main(["check", "--prove", str(path)]) == 0
+    assert capsys.readouterr().out.strip() == "1 file: no shaper or pipeline stage to prove"

@@ -26,6 +26,8 @@ POLE = ("shaper s() requires binary produces real {\n  input x: float\n  ensure 
         "  result = x == 0 and 1 / x > 0 ? 2 : reward\n}\n")
 ENV_REWARD = ("shaper s() requires binary produces real {\n  ensure within [0, 1]\n  ensure order_kept\n"
               "  ensure all_wrong_unchanged\n  term t = -0.5 * env_reward\n}\n")
+CROSSED_CLIP = ("shaper s() requires binary produces real {\n  input x: float\n  ensure order_kept\n  term t0 = reward\n"
+                "  term t1 = sigmoid(reward) / clip(x, 1, x)\n  clamp >= 0\n}\n")
 WHEN_EDGE = ("shaper s(alpha: float in [0, 3] = 1, target: tokens > 0 = 1000) requires binary produces real {\n"
              "  input length: tokens\n  gate right = reward > 0\n  ensure order_kept when alpha <= 1.5\n"
              "  term pen = -alpha * clip(length / target - 1, 0, 1) on right\n}\n")
@@ -33,6 +35,7 @@ WHEN_EDGE = ("shaper s(alpha: float in [0, 3] = 1, target: tokens > 0 = 1000) re
 # (source, the declared clauses that are false, what the counterexample must hold)
 FALSE_CLAUSES = {
     "clip with bounds that cross the value": (CLIP, {"within", "all_wrong_unchanged"}, None),
+    "clip is min(max(x, lo), hi) in z3 too": (CROSSED_CLIP, {"order_kept"}, lambda case: min(case.inputs["x"]) < 1),
     "int truncates": (INT, {"within"}, lambda case: case.params["k"] < 1),
     "minmax rescales rollouts outside its mask": (MINMAX, {"within"}, lambda case: 0 in case.inputs["correct"]),
     "a float input can be negative": (SIGNED_INPUT, {"order_kept", "within", "all_wrong_unchanged"},

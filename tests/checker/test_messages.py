@@ -192,3 +192,30 @@ def test_a_factor_unbounded_by_a_param_without_a_range_names_the_param():
     assert d.message.endswith("; param 'coeff' declares no range (e.g. `coeff: float in [0, 1]`)")
     ranged = text.replace("coeff: float = 0.1", "coeff: float in [0, 1] = 0.1")
     assert check_source(ranged, "spec.shape") == []
+
+
+@pytest.mark.parametrize("call", ["meidan(length where right)", "meidan(length)", "cnt(right where right)"])
+def test_a_misspelt_function_is_unknown_with_or_without_where(call):
+    text = HEADER + f"  let m = {call}\n}}\n"
+    d = only(text)
+    assert d.code == "E203" and "did you mean" in d.message, d.render()
+    at(d, text, call.split("(")[0])
+
+
+def test_where_in_a_known_elementwise_function_says_it_only_goes_in_a_reduction():
+    d = only(HEADER + "  let m = abs(length where right)\n}\n")
+    assert d.code == "E302" and "only goes inside a reduction, not in abs()" in d.message
+
+
+def test_an_unbounded_factor_names_the_unbounded_value_not_a_param_whose_range_is_declared():
+    text = ("shaper s(slope: float >= 1 = 1, target: tokens > 0 = 1000) requires binary produces real {\n"
+            "  input length: tokens\n  clamp >= 0\n  factor f = 1 / (length / target) ** slope\n}\n")
+    d = only(text)
+    assert d.code == "E503" and d.message.endswith("; `length / target` may range over [0, inf]"), d.message
+    assert "slope" not in d.message
+
+
+def test_a_factor_unbounded_by_a_param_with_one_bound_names_the_missing_bound():
+    text = HEADER.replace("limit: int = 10", "coeff: float >= 1 = 1") + "  factor f = 1 - coeff on right\n}\n"
+    d = only(text)
+    assert d.code == "E503" and d.message.endswith("; param 'coeff' declares no upper bound"), d.message
