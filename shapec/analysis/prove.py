@@ -93,12 +93,17 @@ def analyse_stages(p: PipelineIR, trials: int = TRIALS, decided: tuple[ShaperIR,
     for (stage, args), span in zip(p.stages, p.spans or (None,) * len(p.stages)):
         if not args and any(stage is d for d in decided):
             continue
-        fixed = _arguments_hold(stage, args)
         for g in goals(stage):
-            when = fixed if g.ensure.when is None else g.ensure.when if fixed is None else _and(g.ensure.when, fixed)
-            v = decide(stage, replace(g, ensure=replace(g.ensure, when=when)), trials)
+            v = decide(stage, called_with(stage, args, g), trials)
             out.append(replace(v, goal=g, pipeline=p.name, at=span, arguments=args))
     return out
+
+
+def called_with(stage: ShaperIR, args: dict, g: Goal) -> Goal:
+    """The goal as a pipeline's call decides it: the arguments join its `when`."""
+    fixed = _arguments_hold(stage, args)
+    when = fixed if g.ensure.when is None else g.ensure.when if fixed is None else _and(g.ensure.when, fixed)
+    return replace(g, ensure=replace(g.ensure, when=when))
 
 
 def _arguments_hold(stage: ShaperIR, args: dict) -> Node | None:

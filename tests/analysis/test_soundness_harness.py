@@ -1,6 +1,7 @@
-"""Soundness: for random specs over every op, input kind and sign, whatever the analysis proves no group
-breaks, on random groups, on the edges of every param range and `when` condition, and on groups of
-zeros, ties and extremes (the reference interpreter judges). SHAPEC_SOUNDNESS_EXAMPLES runs it longer."""
+"""Soundness: for random specs over every op, input kind and sign, and for the stages of random pipelines
+at the arguments they pass, whatever the analysis proves no group breaks, on random groups, on the edges
+of every param range and `when` condition, and on groups of zeros, ties and extremes (the reference
+interpreter judges). SHAPEC_SOUNDNESS_EXAMPLES runs it longer."""
 
 import itertools
 import os
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 import shapec
 from shapec.analysis.cases import Case, boundary_params
-from shapec.analysis.prove import analyse
+from shapec.analysis.prove import analyse, analyse_stages, called_with
 from shapec.analysis.search import Found, evaluate, search
 
 from .test_prover_soundness import FALSE_CLAUSES
@@ -119,6 +120,33 @@ def test_no_group_breaks_a_proved_property(source, seed):
     for v in analyse(ir, trials=60):
         if v.status == "proved":
             assert counterexample(ir, v.goal.ensure, seed) is None, (source, v.goal.title(), v.how)
+
+
+@st.composite
+def pipelines(draw) -> str:
+    """A spec and a pipeline calling its shaper once or twice, with arguments at and inside the params' edges."""
+    def call() -> str:
+        args = {"w": draw(st.sampled_from([-2, -0.5, 0, 0.5, 2])), "n": draw(st.integers(0, 4)),
+                "flag": draw(st.sampled_from(["true", "false"])), "lo": draw(st.sampled_from([0, 0.5, 3]))}
+        chosen = draw(st.lists(st.sampled_from(sorted(args)), unique=True))
+        return "s(" + ", ".join(f"{k}={args[k]}" for k in chosen) + ")"
+    stages = [call() for _ in range(draw(st.integers(1, 2)))]
+    return draw(specs()) + "pipeline p = " + " >> ".join(stages) + "\n"
+
+
+@settings(max_examples=int(os.environ.get("SHAPEC_SOUNDNESS_EXAMPLES", "25")) // 2 + 1, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+@given(pipelines(), st.integers(0, 2**16))
+def test_no_group_breaks_a_property_proved_of_a_pipeline_stage_at_its_arguments(source, seed):
+    try:
+        pipeline = shapec.compile_str(source, backend="interpreter").ir("p")
+    except shapec.ShapeError:
+        assume(False)
+        return
+    for v in analyse_stages(pipeline, trials=60):
+        if v.status == "proved":
+            goal = called_with(v.shaper, v.arguments, v.goal)
+            assert counterexample(v.shaper, goal.ensure, seed) is None, (source, v.goal.title(), v.arguments, v.how)
 
 
 @pytest.mark.parametrize("name", FALSE_CLAUSES)
