@@ -96,7 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, keep_signal_handlers: bool = False) -> int:
+    """Exit status 130 or 143 means an interrupted command left every file as it was; a signal that
+    arrives once its files are being renamed into place no longer stops it (run/atomic.Signals)."""
     from .syntax.source import ShapeError
     from .run.spec import ToolError
 
@@ -108,11 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, ToolError) as err:  # a numeric option out of range (commands.number)
         print(f"shapec: error: {err}", file=sys.stderr)
         return 2 if isinstance(err, UsageError) else 1
-    from .run.atomic import Interrupted, sigterm_as_interrupt
+    from .run.atomic import Interrupted, Signals
 
+    signals = Signals()
     try:
-        with sigterm_as_interrupt():
-            return args.func(args)
+        with signals.installed(restore=not keep_signal_handlers):
+            code = args.func(args)
     except (KeyboardInterrupt, Interrupted) as err:  # run says more itself; fmt's files are whole either way
         terminated = isinstance(err, Interrupted)
         print(f"shapec {args.command}: {'terminated' if terminated else 'interrupted'}", file=sys.stderr)
@@ -131,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{printable(err.filename)}: " if err.filename is not None else ""
         print(f"shapec: error: {where}{err.strerror or err}", file=sys.stderr)
         return 1
+    if signals.late:
+        print(f"shapec {args.command}: {signals.late} after its files were written; it completed", file=sys.stderr)
+    return code
 
 
 def entry() -> None:
@@ -139,8 +145,9 @@ def entry() -> None:
     A run that loaded numba kernels leaves a large graph of compiler objects; the collection at
     exit walks all of it (70 ms, a sixth of a warm `shapec run`) only to free memory the process
     is about to give back. Every output is written and closed by now, so the objects are frozen
-    (gc.freeze) and exit frees them without the walk. Tests call main(), which leaves gc alone."""
-    code = main()
+    (gc.freeze) and exit frees them without the walk. Tests call main(), which leaves gc alone.
+    The signal handlers stay to the exit, so a Ctrl-C after the command finished changes nothing."""
+    code = main(keep_signal_handlers=True)
     sys.stdout.flush()
     gc.freeze()
     sys.exit(code)

@@ -196,19 +196,50 @@ def write_text(path: Path, text: str, follow_links: bool = True) -> None:
         raise
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises Interrupted (main thread only), so it unwinds like Ctrl-C."""
+class Signals:
+    """SIGINT and SIGTERM while a command runs (main thread only).
 
-    def handler(signum, frame):
-        raise Interrupted()
+    Until the command starts renaming its files into place they raise KeyboardInterrupt and
+    Interrupted, so it unwinds, removes its temporary files and leaves every destination as it was
+    (exit status 130 or 143). `finishing()` marks that instant: from then on a signal is recorded,
+    not raised, so the renames complete and the command ends as it would have; exit status 0 says the
+    new files are in place, and `late` names the signal that came too late to stop it."""
 
-    try:
-        previous = signal.signal(signal.SIGTERM, handler)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    current: Signals | None = None  # the one installed, which finishing() reaches
+
+    def __init__(self):
+        self.late: str | None = None
+        self.final = False
+
+    def _handle(self, signum, frame):
+        word = "terminated" if signum == signal.SIGTERM else "interrupted"
+        if self.final:
+            self.late = self.late or word
+            return
+        raise Interrupted() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    @contextlib.contextmanager
+    def installed(self, restore: bool = True) -> Iterator[Signals]:
+        """Handle both signals within the block; `restore=False` keeps the handlers to the end of the
+        process (the `shapec` command), where the block's end is final too, so no signal between it
+        and the exit turns a finished command into a traceback."""
+        try:
+            previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: leave the signals alone
+            yield self
+            return
+        Signals.current = self
+        try:
+            yield self
+        finally:
+            self.final = True
+            Signals.current = None
+            if restore:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+
+def finishing() -> None:
+    """The command is about to rename its files into place: a signal from now on no longer stops it."""
+    if Signals.current is not None:
+        Signals.current.final = True

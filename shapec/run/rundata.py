@@ -22,7 +22,7 @@ from ..paths import printable
 from ..runtime.batch import BatchError
 from ..runtime.batch_reach import first_batch_read
 from ..runtime.params import ParamError, param_arrays
-from .atomic import check_destination, refuse_overwriting
+from .atomic import check_destination, finishing, refuse_overwriting
 from .grouping import Chunk, Grouping, iter_chunks  # noqa: F401  (explain and plot read them from here)
 from .layouts import FlatLayout, NemoGymLayout  # noqa: F401  (the CLI reads them from here)
 from .readers import DataError, input_format, open_blocks
@@ -234,8 +234,7 @@ class RunReport:
     metrics: dict[str, tuple[float, bool]] = field(default_factory=dict)
     out: Path | None = None
     rejects: Path | None = None
-
-
+    others_rejects: Path | None = None  # a rejects file beside the output that this run did not write
 
 
 def skip_counts(result) -> dict[str, int]:
@@ -294,6 +293,7 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
                 totals.add(outcome.result.metrics, len(outcome.good_rows))
                 for reason, count in skip_counts(outcome.result).items():
                     report.skipped[reason] = report.skipped.get(reason, 0) + count
+        finishing()  # from here a signal no longer stops the run: both files are renamed into place
         rejects.commit()
         writer.commit()  # last: a complete output means the rejects beside it are complete too
     except BaseException:
@@ -306,6 +306,7 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
     report.rows_out = writer.rows
     report.rows_rejected = rejects.rows
     report.rejects = rejects.path if rejects.rows else None
+    report.others_rejects = rejects.path if not rejects.rows and rejects.path.exists() else None
     report.metrics = totals.final()
     return report
 
@@ -322,6 +323,8 @@ def format_report(report: RunReport, spec: str, shaper_name: str, data: Path) ->
     lines.append(f"wrote {printable(report.out)}")
     if report.rejects is not None:
         lines.append(f"rejects: {printable(report.rejects)}")
+    if report.others_rejects is not None:
+        lines.append(f"rejects: none; {printable(report.others_rejects)} is not from this run and was left as it was")
     if report.metrics:
         lines.append("metrics:")
         width = max(len(k) for k in report.metrics)

@@ -382,15 +382,15 @@ class RejectsWriter:
         self.rows += len(rejected)
 
     def commit(self) -> None:
-        """Rename the rejects into place; with none, remove a stale rejects file of an earlier run."""
+        """Rename the rejects into place; with none, write nothing. A rejects file already there is
+        another run's (an earlier one, or one writing the same output now) and is never removed: the
+        run's report says it is not this run's."""
         try:
             if self._fh is not None:
                 self._fh.close()
                 self._fh = None
             if not self.rows:
                 self._file.discard()
-                if self.path.exists():
-                    self.path.unlink()  # a stale rejects file from an earlier run would mislead
                 return
         except OSError as err:
             self.discard()

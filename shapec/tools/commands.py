@@ -238,21 +238,21 @@ def _load_tokenizer(name: str):
 
 def cmd_run(args) -> int:
     """Exit status 2 with one `cannot write` line when an output cannot be written, 130 on Ctrl-C
-    and 143 on SIGTERM; in every failure the previous output and rejects files stay as they were."""
-    from ..run.atomic import Interrupted, OutputError, sigterm_as_interrupt
+    and 143 on SIGTERM (cli.main handles both); in every failure the previous output and rejects files
+    stay as they were. A signal once the renames have begun no longer stops the run (exit status 0)."""
+    from ..run.atomic import Interrupted, OutputError
     from ..run.rundata import format_report, run_file
 
     data = _need_file(args.data, "--data")
     try:
-        with sigterm_as_interrupt():
-            module, shaper, plan = _setup(args)
-            layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)
-            engine = None
-            if args.engine == "ray":
-                from ..run.ray_engine import shape_chunks as engine
-            report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
-                              args.on_bad_row, progress=not args.no_progress, engine=engine,
-                              breakdown=args.breakdown, reads=tuple(_reads(args, None, module)))
+        module, shaper, plan = _setup(args)
+        layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)
+        engine = None
+        if args.engine == "ray":
+            from ..run.ray_engine import shape_chunks as engine
+        report = run_file(shaper, plan, layout, data, Path(args.out), grouping, args.chunk_rows,
+                          args.on_bad_row, progress=not args.no_progress, engine=engine,
+                          breakdown=args.breakdown, reads=tuple(_reads(args, None, module)))
     except OutputError as err:
         print(f"shapec run: {err}", file=sys.stderr)
         return 2

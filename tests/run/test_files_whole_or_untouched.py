@@ -86,7 +86,7 @@ def test_an_output_that_is_the_input_under_another_name_is_refused(tmp_path, spe
 
 
 def test_a_rejects_file_that_is_the_input_is_refused(tmp_path, spec):
-    data = write_jsonl(tmp_path / "x.rejects.jsonl", rows_of(3))  # a clean run would delete it as stale
+    data = write_jsonl(tmp_path / "x.rejects.jsonl", rows_of(3))
     before = data.read_bytes()
     rc, _, err = run(spec, "--data", data, "--out", tmp_path / "x.jsonl", "--on-bad-row", "skip")
     assert rc == 2
@@ -174,6 +174,70 @@ def test_a_killed_run_leaves_the_previous_output(tmp_path, spec, sig):
         word, status = ("interrupted", 130) if sig == signal.SIGINT else ("terminated", 143)
         assert (proc.returncode, stdout, stderr) == (status, "", f"shapec run: {word}; {out} was left as it was\n")
         assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("sig, word", [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")])
+@pytest.mark.parametrize("at", ["rejects", "output"])
+def test_a_signal_once_the_renames_begin_completes_the_run_and_exit_0_says_so(tmp_path, spec, monkeypatch, sig,
+                                                                             word, at):
+    """From the first rename on, a signal no longer stops the run: both files are the new ones, exit 0."""
+    out, old, old_rejects = _previous(tmp_path, spec)
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(6) + ['{"prompt_id": "p9", "reward": "?", "length": 1}'])
+    owner = writers.RejectsWriter if at == "rejects" else writers.Writer
+    real = owner.commit
+
+    def signalled_commit(self):
+        os.kill(os.getpid(), sig)
+        for _ in range(1000):  # give the handler its bytecode boundaries
+            pass
+        real(self)
+
+    monkeypatch.setattr(owner, "commit", signalled_commit)
+    rc, stdout, err = run(spec, "--data", data, "--out", out, "--on-bad-row", "skip")
+    assert rc == 0 and err == f"shapec run: {word} after its files were written; it completed\n"
+    assert "rows: 25 in = 24 out + 1 rejected" in stdout
+    assert out.read_bytes() != old and len(out.read_text().splitlines()) == 24
+    assert (tmp_path / "out.rejects.jsonl").read_bytes() != old_rejects
+    assert leftovers(tmp_path) == []
+
+
+def test_the_shapec_command_interrupted_just_after_its_last_rename_exits_0_with_the_new_output(tmp_path, spec):
+    """The process as users run it (entry()), signalled after the output's rename: no traceback, no -2."""
+    out, old, _ = _previous(tmp_path, spec)
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(6))
+    script = ("import os, signal, sys\n"
+              "from shapec.cli import entry\n"
+              "from shapec.run import writers\n"
+              "real = writers.Writer.commit\n"
+              "def commit(self):\n"
+              "    real(self)\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "writers.Writer.commit = commit\n"
+              "sys.argv = ['shapec', *sys.argv[1:]]\n"
+              "entry()\n")
+    proc = subprocess.run([sys.executable, "-c", script, "run", str(spec), "--data", str(data), "--out", str(out),
+                           "--backend", "interpreter"], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "shapec run: interrupted after its files were written; it completed\n")
+    assert out.read_bytes() != old and len(out.read_text().splitlines()) == 24
+
+
+def test_a_signal_before_the_renames_leaves_both_previous_files(tmp_path, spec, monkeypatch):
+    """The last instant a signal still stops the run: just before the renames, nothing is replaced."""
+    out, old, old_rejects = _previous(tmp_path, spec)
+    data = write_jsonl(tmp_path / "in.jsonl", rows_of(6) + ['{"prompt_id": "p9", "reward": "?", "length": 1}'])
+    real = rundata.finishing
+
+    def signal_first():
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+        real()
+
+    monkeypatch.setattr(rundata, "finishing", signal_first)
+    rc, stdout, err = run(spec, "--data", data, "--out", out, "--on-bad-row", "skip")
+    assert (rc, stdout, err) == (130, "", f"shapec run: interrupted; {out} was left as it was\n")
+    assert out.read_bytes() == old and (tmp_path / "out.rejects.jsonl").read_bytes() == old_rejects
+    assert leftovers(tmp_path) == []
 
 
 # ------------------------------------------------------------------------- 12: output errors
@@ -277,5 +341,6 @@ def test_output_is_the_previous_file_or_a_complete_one(spec, groups, chunk_rows,
         bad = [json.loads(x) for x in rejects.read_text().splitlines()] if rejected else []
         assert rows_in == len(lines) == rows_out + rejected and len(got) == rows_out and len(bad) == rejected
         assert rejected == sum(size for size, at in groups if at is not None and at < size)
-        if not rejected:
-            assert not rejects.exists()  # a stale rejects file from the previous run would mislead
+        if not rejected:  # another run's rejects file is left as it was, and the report says whose it is
+            assert (rejects.read_bytes() if rejects.exists() else None) == before[1]
+            assert ("is not from this run" in stdout) == previous

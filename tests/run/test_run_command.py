@@ -185,13 +185,14 @@ def test_bad_rows_skip_reject_whole_groups_and_counts_reconcile(tmp_path):
     assert [r["prompt_id"] for r in shaped] == ["good-a"] * 3 + ["good-b"] * 3
 
 
-def test_a_clean_rerun_removes_a_stale_rejects_file(tmp_path):
+def test_a_clean_run_leaves_a_rejects_file_it_did_not_write_and_says_so(tmp_path):
     out = tmp_path / "shaped.jsonl"
-    stale = tmp_path / "shaped.rejects.jsonl"
-    stale.write_text("{}\n")
+    other = tmp_path / "shaped.rejects.jsonl"  # another run's: an earlier one, or one writing this output now
+    other.write_text("{}\n")
     proc = cli("run", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--out", out, "--on-bad-row", "skip")
     assert proc.returncode == 0, proc.stderr
-    assert not stale.exists()
+    assert other.read_text() == "{}\n"
+    assert f"rejects: none; {other} is not from this run and was left as it was" in proc.stdout.splitlines()
 
 
 def _nemo_gym_group_size(rows: list[dict]) -> int:
