@@ -125,7 +125,10 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     metadata = parse_metas(shaper, list(metas))
     values = _resolved_params(shaper, plan)
     bands, lines, floors = _markers(shaper, values, unit)
+    entering = shaper.state_dict()  # the curves are drawn from the declared initial state, not what --data left
     dist = _distribution(shaper, plan, layout, grouping, data, channel) if data else None
+    left = shaper.state_dict()
+    shaper.load_state_dict(entering)
     source = None
     if dist is not None and dist.metadata:
         source = dist.group
@@ -173,6 +176,7 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
         _gate_strips(fig.add_subplot(grid[1], sharex=ax), curves, gate_verdicts(shaper))
     if dist is not None:
         _plot_distribution(fig.add_subplot(grid[-1]), dist, channel, unit, max_length)
+    curves.notes += state_notes(entering, left if dist is not None else None)
     fig.text(0.01, 0.01, caption(curves, metadata, source), fontsize=7, va="bottom", family="monospace")
     try:
         _save(fig, out, fmt)
@@ -191,6 +195,18 @@ def caption(curves: Curves, metadata: dict, source: str | None) -> str:
         lines.append("metadata: none (give it with --meta NAME=VALUE)")
     lines += curves.notes
     return "\n".join(textwrap.fill(line, 150, subsequent_indent="    ") for line in lines)
+
+
+def state_notes(entering: dict, left: dict | None) -> list[str]:
+    """Which state the curves are drawn from: each call updates a state before shaping, so say what the
+    curves' call starts from and, with --data, that the value the data pass left is not it."""
+    out = []
+    for stage, values in entering.items():
+        for name, value in values.items():
+            after = "" if left is None else f", not the {left[stage][name]:g} the --data pass left"
+            out.append(f"state {stage}.{name} = {value:g} entering the curves' call (its initial value{after}); "
+                       "the call updates it before shaping, as every call does")
+    return out
 
 
 def _gate_strips(ax, curves: Curves, verdicts: dict[str, dict[str, str]]) -> None:

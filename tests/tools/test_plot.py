@@ -37,7 +37,26 @@ def test_short_rl_correct_curve_is_not_flat(tmp_path, backend):
     assert c.correct[np.searchsorted(c.xs, 400)] == 1.5  # 400 <= lo + tau_l = 200 + 200
     hi = np.searchsorted(c.xs, 800)
     assert c.correct[hi] == pytest.approx(1 + 0.5 - (800 - 200) / (800 - 200 + 1e-5))
-    assert c.notes == []
+    assert c.notes == ["state short_rl.acc_max = 0 entering the curves' call (its initial value); the call updates "
+                       "it before shaping, as every call does"]
+
+
+def test_a_stateful_shaper_is_drawn_from_its_initial_state_whatever_the_data_pass_left(tmp_path):
+    """A --data pass of all-correct groups lifts acc_max to 1, which would close the switch on the
+    curves' batch (accuracy 0.6): the curves are those without --data, and the note says which state."""
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"prompt_id": "p{g}", "reward": 1, "correct": true, "length": {100 + 50 * i}}}\n'
+                            for g in range(3) for i in range(4)))
+    mod = shapec.load("short_rl", backend="interpreter")
+    s = pick_shaper(mod, None)
+    plan = build_plan(s, mod.names(), None, [])
+    alone = plot(s, plan, tmp_path / "a.png", max_length=1000)
+    with_data = plot(s, plan, tmp_path / "b.png", max_length=1000, data=data, layout=FlatLayout(None),
+                     grouping=Grouping(key="prompt_id"))
+    assert np.array_equal(with_data.correct, alone.correct) and with_data.correct[0] == 1.5
+    assert with_data.notes == ["state short_rl.acc_max = 0 entering the curves' call (its initial value, not the 1 "
+                               "the --data pass left); the call updates it before shaping, as every call does"]
+    assert s.state_dict() == {"short_rl": {"acc_max": 0.0}}
 
 
 def test_negated_flags_are_false_and_other_lengths_take_a_quarter_of_the_range(tmp_path):
