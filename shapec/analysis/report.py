@@ -155,7 +155,8 @@ def text(verdicts: list[Verdict]) -> str:
         if v.arguments:
             called = ", ".join(f"{k}={_yaml(a)}" for k, a in v.arguments.items())
             cond = f" (under its `when`, called with {called})" if cond else f" (called with {called})"
-        head = f"{v.who}: {v.goal.title()} [{kind}{cond}]: {v.status}"
+        status = "undecided" if v.status == "unknown" else v.status
+        head = f"{v.who}: {v.goal.title()} [{kind}{cond}]: {status}"
         if v.status == "proved":
             every = (" for every param value in range" if v.shaper.params and v.goal.ensure.when is None
                      and not v.arguments else "")
