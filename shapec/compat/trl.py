@@ -13,6 +13,7 @@ consecutive completions, as TRL lays them out), and returns this rank's slice. S
 from __future__ import annotations
 
 import difflib
+import itertools
 import math
 import numbers
 from typing import Any, Callable, Mapping
@@ -120,9 +121,22 @@ def _chars(completion: Any, i: int) -> int:
 
 
 def _check_groups(rows: list[dict], size: int) -> None:
-    """Consecutive `size` completions must share their prompt, or the grouping is not TRL's."""
+    """Consecutive `size` completions must share their prompt, or the grouping is not TRL's. A trainer
+    making a multiple of `size` completions per prompt passes that check, but then every prompt fills
+    several consecutive groups; TRL draws distinct dataset rows into a batch, so only duplicate rows put
+    one prompt text in two neighbouring groups, and not every prompt of a batch unless all are duplicates."""
     for start in range(0, len(rows), size):
         prompts = {row["prompt"] for row in rows[start:start + size]}
         if len(prompts) > 1:
             raise ValueError(f"{WHERE}: completions {start}-{start + size - 1} (group {start // size}) come from "
                              f"{len(prompts)} different prompts; num_generations={size} does not match the trainer's")
+    runs = [len(list(blocks)) for _, blocks in itertools.groupby(row["prompt"] for row in rows[::size])]
+    if runs and min(runs) > 1:
+        per_prompt = size * math.gcd(*runs)
+        seen = ", ".join(str(size * run) for run in sorted(set(runs)))
+        raise ValueError(f"{WHERE}: every prompt spans consecutive groups of num_generations={size}: runs of {seen} "
+                         f"completions share one prompt (the first is completions 0-{runs[0] * size - 1}), so the "
+                         f"trainer makes {per_prompt} per prompt and each of its groups would be shaped in parts; set "
+                         f"num_generations={per_prompt}, the trainer's GRPOConfig.num_generations (a batch whose every "
+                         f"prompt is a duplicate dataset row drawn next to its twin is refused the same way: make "
+                         f"duplicate prompts' text differ)")

@@ -144,3 +144,34 @@ def test_miles_takes_any_hashable_group_index_and_scalar_rewards():
     with pytest.raises(ValueError, match=r"post_process_rewards: sample 0: group_index \['a'\] and rollout id 0 "
                                          r"must be hashable ids"):
         post_process_rewards(_args(n_samples_per_prompt=2, rollout_batch_size=1), _pair(0.0, group_index=["a"]))
+
+
+def _trl_call(num_generations, prompts, lengths):
+    need("accelerate", "trl")
+    f = trl_adapter.reward_func("miles", "correct", shaper="length_penalty", params={"coeff": 1.0},
+                                num_generations=num_generations, backend="interpreter")
+    n = len(prompts)
+    return f(prompts=prompts, completions=["x"] * n, completion_ids=[[0] * k for k in lengths], correct=[1.0] * n)
+
+
+def test_trl_refuses_groups_that_are_parts_of_the_trainers_groups():
+    # the trainer made 4 completions per prompt ("q" drawn twice: 8 in a row): blocks of 2 are parts of its groups
+    with pytest.raises(ValueError, match=r"^shapec\.compat\.trl: every prompt spans consecutive groups of "
+                                         r"num_generations=2: runs of 4, 8 completions share one prompt \(the first "
+                                         r"is completions 0-3\), so the trainer makes 4 per prompt and each of its "
+                                         r"groups would be shaped in parts; set num_generations=4, the trainer's "
+                                         r"GRPOConfig\.num_generations \(a batch whose every prompt is a duplicate "
+                                         r"dataset row drawn next to its twin is refused the same way"):
+        _trl_call(2, ["p"] * 4 + ["q"] * 8, [2, 4, 8, 16] * 3)
+
+
+def test_trl_shapes_a_duplicate_prompt_drawn_next_to_its_twin_as_two_groups():
+    # two dataset rows with the text "p", drawn side by side: TRL normalises their blocks apart, so does shapec
+    out = _trl_call(2, ["p"] * 4 + ["q"] * 2, [2, 4, 8, 16, 2, 4])
+    assert out == [1.0, 0.5, 1.0, 0.5, 1.0, 0.5]  # each block against its own shortest, not "p"'s 2 tokens
+
+
+def test_trl_refuses_a_batch_of_duplicate_prompts_only_as_it_cannot_tell_it_from_a_mismatch():
+    with pytest.raises(ValueError, match=r"^shapec\.compat\.trl: every prompt spans consecutive groups of "
+                                         r"num_generations=2: runs of 4 completions share one prompt"):
+        _trl_call(2, ["p"] * 4, [2, 4, 8, 16])

@@ -42,6 +42,17 @@ def correct(prompts, completions, **kwargs):
     return [1.0 if target in c else 0.0 for c, target in zip(completions, kwargs["target"])]
 
 
+def _trainer(trl, datasets, tmp_path, reward):
+    """A GRPOTrainer drawing two prompts of `G` generations per step, for 2 steps."""
+    data = datasets.Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"], "target": ["a", "c", "e", "g"]})
+    args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2 * G, num_generations=G,
+                          max_completion_length=8, max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
+                          save_strategy="no", seed=0, temperature=1.0, bf16=False, fp16=False)
+    tokenizer = _tokenizer()
+    return trl.GRPOTrainer(model=_model(len(tokenizer)), reward_funcs=[reward], args=args, train_dataset=data,
+                           processing_class=tokenizer)
+
+
 @pytest.mark.parametrize("backend", ["interpreter", "numba"])
 def test_grpo_trainer_two_steps(backend, tmp_path, monkeypatch):
     trl = need("trl", "trl")
@@ -61,14 +72,7 @@ def test_grpo_trainer_two_steps(backend, tmp_path, monkeypatch):
     spec = shapec.load("miles", backend=backend)
     shaped = reward_func(spec, base, shaper="length_penalty", params={"coeff": 1.0}, num_generations=G,
                          name="shaped")
-    prompts = ["ab", "cd", "ef", "gh"]
-    data = datasets.Dataset.from_dict({"prompt": prompts, "target": ["a", "c", "e", "g"]})
-    args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2 * G, num_generations=G,
-                          max_completion_length=8, max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
-                          save_strategy="no", seed=0, temperature=1.0, bf16=False, fp16=False)
-    tokenizer = _tokenizer()
-    trainer = trl.GRPOTrainer(model=_model(len(tokenizer)), reward_funcs=[shaped], args=args, train_dataset=data,
-                              processing_class=tokenizer)
+    trainer = _trainer(trl, datasets, tmp_path, shaped)
     trainer.train()
     monkeypatch.undo()
 
@@ -84,3 +88,17 @@ def test_grpo_trainer_two_steps(backend, tmp_path, monkeypatch):
         expected = independent(rewards, group_size=G, channels={"loss_tokens": lengths}, params={"coeff": 1.0})
         assert entry["rewards/shaped/mean"] == pytest.approx(float(np.mean(expected.rewards)), rel=1e-6, abs=1e-7)
         assert entry["shapec/penalized_frac"] == pytest.approx(expected.metrics["penalized_frac"], abs=1e-7)
+
+
+def test_num_generations_below_the_trainers_is_refused(tmp_path):
+    """The trainer makes G completions per prompt; an adapter told G / 2 would shape each group as two halves."""
+    trl = need("trl", "trl")
+    datasets = need("datasets", "trl")
+    shaped = reward_func("miles", correct, shaper="length_penalty", params={"coeff": 1.0}, num_generations=G // 2,
+                         backend="interpreter")
+    trainer = _trainer(trl, datasets, tmp_path, shaped)
+    with pytest.raises(ValueError, match=rf"^shapec\.compat\.trl: every prompt spans consecutive groups of "
+                                         rf"num_generations={G // 2}: runs of {G} completions share one prompt \(the "
+                                         rf"first is completions 0-{G - 1}\), so the trainer makes {G} per prompt and "
+                                         rf"each of its groups would be shaped in parts; set num_generations={G}, "):
+        trainer.train()
