@@ -35,6 +35,7 @@ import json
 import logging
 import numbers
 import os
+import warnings
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -209,6 +210,11 @@ WHERE = "shapec.compat.miles.post_process_rewards"
 NORMALISED = ("grpo", "gspo", "cispo", "reinforce_plus_plus_baseline")
 STD_NORMALISED = ("grpo", "gspo", "cispo")
 SETTINGS = {"spec": "SHAPEC_SPEC", "shaper": "SHAPEC_SHAPER", "params": "SHAPEC_PARAMS"}
+# Sample fields not every version has, read with a default: group_index (slime < 0.2), remove_sample
+# (slime < 0.2.1) and the id sibling samples share: rollout_id (miles >= 0.1.0, slime >= 0.3.1), group_id in
+# slime 0.3.0 (where reading rollout_id raises AttributeError), neither before.
+SIBLING_IDS = ("rollout_id", "group_id")
+_warned_one_group = False
 
 
 def _setting(args, key: str) -> Any:
@@ -249,11 +255,13 @@ def post_process_rewards(args, samples: list) -> tuple[list[float], list[float]]
     groups = [g for g, _ in rollouts]
     members = [rows for _, rows in rollouts]
     lengths = loss_tokens([[_mask(samples[i]) for i in rows] for rows in members],
-                          removed=[[bool(samples[i].remove_sample) for i in rows] for rows in members])
+                          removed=[[bool(getattr(samples[i], "remove_sample", False)) for i in rows]
+                                   for rows in members])
     rewards = np.array([raw[rows[0]] for rows in members])
     shaped = shape_by_group(shaper, rewards, groups, lengths=lengths, columns=_metadata(samples, members),
                             params=_params(args), where=WHERE)
-    logger.info("shapec: %s", " ".join(f"{k}={v:g}" for k, v in shaped.metrics.items()))
+    if shaped.metrics:
+        logger.info("shapec %s: %s", shaper.name, " ".join(f"{k}={v:g}" for k, v in shaped.metrics.items()))
     per_rollout = shaped.rewards
     if args.advantage_estimator in NORMALISED and args.rewards_normalization:
         order = shaped.order
@@ -287,9 +295,9 @@ def _mask(sample) -> list[int]:
 def _rollouts(args, samples: list, raw: list[float]) -> list[tuple[int, list[int]]]:
     """(prompt group, sample rows) per rollout, grouped as miles groups rewards: by `group_index`,
     else contiguous `n_samples_per_prompt` blocks of a full batch, else one group; within a group,
-    sibling samples share `rollout_id` (or `index`)."""
+    sibling samples share an id of `SIBLING_IDS` (or `index`)."""
     n = len(samples)
-    given = [s.group_index is not None for s in samples]
+    given = [getattr(s, "group_index", None) is not None for s in samples]
     if any(given) and not all(given):
         raise ValueError(f"{WHERE}: sample {given.index(False)} has no group_index while sample {given.index(True)} "
                          f"has one; give every sample its prompt group, or none (then groups are contiguous "
@@ -299,10 +307,12 @@ def _rollouts(args, samples: list, raw: list[float]) -> list[tuple[int, list[int
     elif n == args.n_samples_per_prompt * args.rollout_batch_size:
         group_of = [i // args.n_samples_per_prompt for i in range(n)]
     else:
+        _warn_one_group(n, args)
         group_of = [0] * n
     rollouts: dict[tuple, list[int]] = {}
     for i, s in enumerate(samples):
-        rid = s.rollout_id if s.rollout_id is not None else s.index if s.index is not None else ("row", i)
+        ids = [getattr(s, name, None) for name in SIBLING_IDS] + [s.index, ("row", i)]
+        rid = next(v for v in ids if v is not None)
         try:
             rollouts.setdefault((group_of[i], rid), []).append(i)
         except TypeError:
@@ -313,6 +323,18 @@ def _rollouts(args, samples: list, raw: list[float]) -> list[tuple[int, list[int
             raise ValueError(f"{WHERE}: the samples of rollout {rid!r} (rows {rows}) must share one reward, "
                              f"got {[raw[i] for i in rows]}")
     return [(g, rows) for (g, _), rows in rollouts.items()]
+
+
+def _warn_one_group(n: int, args) -> None:
+    """Once per process: the hook runs every rollout step, and the batch size rarely changes."""
+    global _warned_one_group
+    if not _warned_one_group:
+        _warned_one_group = True
+        full = args.n_samples_per_prompt * args.rollout_batch_size
+        warnings.warn(f"{WHERE}: {n} samples without group_index, not n_samples_per_prompt x rollout_batch_size = "
+                      f"{args.n_samples_per_prompt} x {args.rollout_batch_size} = {full}: the whole batch is shaped "
+                      f"as one group, as miles then normalises it; give every sample its group_index to shape each "
+                      f"prompt's group (warned once)", stacklevel=4)
 
 
 def _metadata(samples: list, members: list[list[int]]) -> dict[str, list]:
