@@ -1,8 +1,9 @@
 """OpenRLHF: a drop-in for `apply_length_penalties(experiences, args)` that shapes whole prompt groups.
 
-    from shapec.compat.openrlhf import length_penalty_hook
-    import openrlhf.trainer.ppo_utils.experience_maker as em
-    em.apply_length_penalties = length_penalty_hook("kimi", shaper="kimi_length")
+    import ray
+    from shapec.compat.openrlhf import ray_setup_hook
+    ray.init(runtime_env={"worker_process_setup_hook": ray_setup_hook("kimi", shaper="kimi_length")})
+    # then openrlhf.cli.train_ppo_ray's train(args), in this driver
 
 OpenRLHF calls `reward_func` with one sample at a time, so it cannot shape by group. Its experience
 maker calls `apply_length_penalties` on the whole rollout batch just before it reshapes the rewards
@@ -58,6 +59,25 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
             start += size
 
     return apply_length_penalties
+
+
+def ray_setup_hook(spec: Any, *, shaper: str | None = None, params: Mapping | None = None,
+                   backend: str | None = None) -> Callable[[], None]:
+    """A Ray `worker_process_setup_hook` that puts the hook in place of OpenRLHF's `apply_length_penalties`
+    in every worker process of the job, before any actor starts there.
+
+    The experience maker runs in a Ray actor (`PPOTrainer`, or with `--train.async_enable` the
+    `TrainingActor` that `PPOTrainerAsync` starts from its own actor) and takes the function from
+    `openrlhf.trainer.ppo_utils.length_penalty` when it is imported: replacing it there, in every
+    worker, reaches whichever trainer runs. The spec is compiled here, so a bad one fails in the driver.
+    """
+    compiled = resolve_shaper(spec, shaper, backend)  # pickled to the workers as its source
+
+    def install_shapec_length_penalties() -> None:
+        length_penalty = require("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+        length_penalty.apply_length_penalties = length_penalty_hook(compiled, params=params)
+
+    return install_shapec_length_penalties
 
 
 def _check_index(index: list, per_prompt: Any) -> None:

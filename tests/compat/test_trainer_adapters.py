@@ -8,6 +8,7 @@ import pytest
 
 import shapec
 from shapec.compat._groups import group_order, require, resolve_shaper, shape_by_group
+from shapec.compat.openrlhf import ray_setup_hook
 
 KIMI = shapec.load("kimi", backend="interpreter").kimi_length
 
@@ -87,6 +88,11 @@ def test_resolve_shaper_forms(tmp_path):
         resolve_shaper(KIMI, "other")
     with pytest.raises(TypeError, match=r"spec: expected a \.shape path, .* got int"):
         resolve_shaper(3)
+
+
+def test_openrlhf_setup_hook_refuses_a_bad_spec_in_the_driver():
+    with pytest.raises(ValueError, match=r"miles.shape defines length_penalty, grpo_advantage, grpo: pass shaper="):
+        ray_setup_hook("miles", backend="interpreter")  # not in each Ray worker, where it would start
 
 
 def test_lengths_and_keys_must_match_rewards():

@@ -1,18 +1,21 @@
-"""OpenRLHF: the hook on OpenRLHF's own Experience objects, batched the way its experience maker does.
+"""OpenRLHF: the hook on OpenRLHF's own Experience objects, batched the way its experience maker does,
+and the Ray setup hook reaching the async trainer's experience maker.
 
-What imports on CPU is tested: `Experience`, `concat_experiences`, the `length_penalty` module whose
-`apply_length_penalties` the hook replaces. `RemoteExperienceMaker` itself imports flash-attn (no CPU
-build), so its call of the hook and the reshape that follows are not run here.
+`RemoteExperienceMaker` and the trainers import flash-attn, deepspeed and vLLM, which have no CPU
+builds: the async test gives its Ray workers empty stand-ins for them, never called, and runs
+OpenRLHF's own PPOTrainerAsync, TrainingActor and maker step. Generation and model updates are not run.
 """
 
+import inspect
 import types
 
 import pytest
 
 import shapec
-from shapec.compat.openrlhf import length_penalty_hook
+from shapec.compat.openrlhf import length_penalty_hook, ray_setup_hook
 
 from .require import need
+from .test_trl import _tokenizer
 
 N = 4  # n_samples_per_prompt
 LENGTHS = [6, 3, 9, 4, 5, 5, 8, 2, 7, 3, 6, 4]
@@ -80,8 +83,108 @@ def test_builtin_penalty_settings_refused(key):
 
 def test_signature_matches_openrlhf():
     need("torch", "openrlhf")
-    import inspect
-
     builtin = need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf").apply_length_penalties
     hook = length_penalty_hook("kimi", backend="interpreter")
     assert list(inspect.signature(hook).parameters) == list(inspect.signature(builtin).parameters)
+
+
+def _trainer_args(n_samples_per_prompt: int) -> types.SimpleNamespace:
+    """What OpenRLHF 0.11.2's train_ppo_ray parser gives that the async trainer's constructors and its
+    maker's `compute_advantages_and_returns` read: group_norm advantages, no KL, no logging."""
+    ns = types.SimpleNamespace
+    return ns(eval=ns(steps=-1), ckpt=ns(save_steps=-1), data=ns(disable_fast_tokenizer=False),
+              train=ns(async_queue_size=1, partial_rollout_enable=False, dynamic_batch_enable=False),
+              algo=ns(kl=ns(target=None, init_coef=0.0, horizon=10000),
+                      advantage=ns(estimator="group_norm", gamma=1.0, lambd=1.0, no_std_norm=False)),
+              logger=ns(wandb=ns(key=None), tensorboard_dir=None), ds=ns(zero_stage=2, param_dtype="bf16"),
+              rollout=ns(n_samples_per_prompt=n_samples_per_prompt), reward=ns(clip_range=None))
+
+
+def _with_stand_ins(setup):
+    """`setup` after registering empty modules for what this venv lacks and OpenRLHF's trainer modules
+    import: flash-attn, deepspeed and vLLM (GPU-only) and aiohttp (left out with openrlhf's other
+    dependencies). Experience making never calls them; an installed package is used as it is."""
+    missing = ("flash_attn", "deepspeed", "vllm", "aiohttp")
+
+    def setup_with_stand_ins():
+        import importlib.abc
+        import importlib.machinery
+        import sys
+
+        class StandIn(types.ModuleType):
+            __path__ = []
+
+            def __getattr__(self, name):
+                if name.startswith("__"):
+                    raise AttributeError(name)
+                value = type(name, (), {})  # a class, as some names are subclassed at import
+                setattr(self, name, value)
+                return value
+
+        class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            def find_spec(self, name, path, target=None):
+                if name.partition(".")[0] in missing:
+                    return importlib.machinery.ModuleSpec(name, self, is_package=True)
+                return None
+
+            def create_module(self, spec):
+                return StandIn(spec.name)
+
+            def exec_module(self, module):
+                pass
+
+        sys.meta_path.append(Finder())  # last: asked only for what no installed package provides
+        setup()
+
+    return setup_with_stand_ins
+
+
+def test_async_trainers_experience_maker_is_shaped_by_the_ray_setup_hook(tmp_path):
+    """--train.async_enable: the driver starts PPOTrainerAsync, whose actor starts TrainingActor, whose
+    RemoteExperienceMaker calls apply_length_penalties; all OpenRLHF's own classes, in Ray workers."""
+    ray = need("ray", "openrlhf")
+    torch = need("torch", "openrlhf")
+    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    _tokenizer().save_pretrained(tmp_path)  # the trainers load the policy's tokenizer from its path
+    experiences = _experiences(torch, micro_batch=3)
+    for e in experiences:
+        e.kl = torch.zeros(e.action_mask.shape)  # make_experience_batch sets it; the KL coefficient is 0
+
+    def make(trainer, experiences):
+        """In TrainingActor's process: its maker's step, and where its apply_length_penalties comes from."""
+        from openrlhf.trainer.ppo_utils import experience_maker
+
+        out = trainer.experience_maker.compute_advantages_and_returns(experiences)
+        cls = next(c for c in type(trainer).__mro__ if c.__module__.startswith("openrlhf"))
+        return (f"{cls.__module__}.{cls.__qualname__}", experience_maker.apply_length_penalties.__module__,
+                [r for e in out for r in e.rewards.tolist()], [r for e in out for r in e.info["return"].tolist()])
+
+    @ray.remote(num_cpus=0)
+    class Driver:  # train_ppo_ray.train's part
+        def __init__(self, args, pretrain):
+            from openrlhf.trainer.ppo_trainer_async import PPOTrainerAsync
+            from openrlhf.utils.utils import get_strategy
+
+            # no model groups or vLLM engines: only experience making is run (its generator actor,
+            # which needs a dataset and vLLM, fails to start and is never called)
+            self.trainer = PPOTrainerAsync.remote(pretrain, get_strategy(args), None, None, None, None, None)
+
+        def make(self, experiences):
+            training = ray.get(self.trainer.__ray_call__.remote(lambda trainer: trainer.trainer_actor))
+            return ray.get(training.__ray_call__.remote(make, experiences))
+
+    setup = ray_setup_hook("miles", shaper="length_penalty", params={"coeff": 1.0}, backend="interpreter")
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             runtime_env={"worker_process_setup_hook": _with_stand_ins(setup)})
+    try:
+        trainer, module, rewards, returns = ray.get(Driver.remote(_trainer_args(N), str(tmp_path)).make.remote(
+            experiences))
+    finally:
+        ray.shutdown()
+    assert (trainer, module) == ("openrlhf.trainer.ppo_trainer_async.TrainingActor", "shapec.compat.openrlhf")
+    shaped = shapec.load("miles", backend="interpreter").length_penalty(
+        REWARDS, group_size=N, channels={"loss_tokens": LENGTHS}, params={"coeff": 1.0}).rewards
+    assert rewards == pytest.approx(shaped.tolist(), abs=1e-7)
+    groups = shaped.reshape(-1, N)  # then OpenRLHF's group_norm of the shaped rewards
+    normalised = (groups - groups.mean(1, keepdims=True)) / (groups.std(1, ddof=1, keepdims=True) + 1e-9)
+    assert returns == pytest.approx(normalised.ravel().tolist(), abs=1e-6)
