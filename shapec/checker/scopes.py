@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .shared import BAD, BOOL, INF, MAX_EXACT_INT, NUM, Binding, finite_const, suggest
-from ..ir.nodes import GROUP, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
+from .shared import BAD, BOOL, INF, NUM, Binding, finite_const, suggest
+from ..ir.nodes import GROUP, MAX_EXACT_INT, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS
 MAX_INLINED_CALLS = 10_000

@@ -11,7 +11,6 @@ from ..ir.nodes import Node
 
 NUM, BOOL = "num", "bool"
 INF = math.inf
-MAX_EXACT_INT = 2 ** 53  # the largest int params reach: float64 (the kernels' params array) holds every int up to it
 
 
 @dataclass

@@ -19,6 +19,7 @@ from ..syntax.source import Span
 CONST, BATCH, PARAM, GROUP, ROLLOUT = 0, 1, 2, 3, 4
 LEVEL_NAMES = {CONST: "constant", BATCH: "batch", PARAM: "param", GROUP: "group", ROLLOUT: "rollout"}
 UNITS = ("tokens", "chars", "seconds", "calls")
+MAX_EXACT_INT = 2 ** 53  # the largest integer a float64 (every value at run time) holds exactly, with all below it
 
 
 class Op(enum.Enum):

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..checker.shared import MAX_EXACT_INT  # the largest integer a float64 holds exactly
-from ..ir.nodes import UNITS
+from ..ir.nodes import MAX_EXACT_INT, UNITS
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
 from .grouping import Chunk, absent_field
 from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, is_list_type, got as _got

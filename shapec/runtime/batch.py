@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import UNITS, MetaSpec, ShaperIR
-from .validate import (BatchError, as_array, band, band_table, check_offsets, finite, group_size_offsets,
+from .validate import (BatchError, as_array, band, band_table, check_offsets, exact, finite, group_size_offsets,
                        integers, numeric, show)
 
 __all__ = ["Batch", "BatchError", "Binder", "make_batch", "make_offsets", "band"]
@@ -376,6 +376,8 @@ def _band_column(batch: Batch, checks: Checks, path: str, name: str, value: Any,
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
             raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
+        if value.dtype.kind in "iu":
+            exact(name, value)
         slot = checks.add_bands(name, np.ascontiguousarray(value, dtype=np.float64))
 
         def fill(values, tables):

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import PydanticCustomError
 
 from ..ir.nodes import ParamSpec, ShaperIR
-from .validate import as_array, is_finite_number, show
+from .validate import INEXACT, as_array, is_finite_number, past_exact, show
 
 
 class ParamError(ValueError):
@@ -82,17 +82,27 @@ def _type_check(kind: str):
         elif kind == "band":
             items = list(value) if isinstance(value, (list, tuple, np.ndarray)) else None
             ok = items is not None and all(_is_number(x, "float") for x in items)
+            _refuse_inexact(*(items or ()))
         else:
             ok = _is_number(value, kind)
             if ok and kind == "int" and not is_finite_number(value):  # a whole number every kernel reads as a float
                 raise PydanticCustomError("param_type", "expected an integer within the float range, got {got}",
                                           {"got": show(value)})
+            _refuse_inexact(value)
         if not ok:
             raise PydanticCustomError("param_type", "expected {expected}, got {got}",
                                       {"expected": _NAMES[kind], "got": f"{value!r} ({type(value).__name__})"})
         return value
 
     return check
+
+
+def _refuse_inexact(*values: Any) -> None:
+    """An int past 2**53 would reach the kernels rounded (they read params as float64): refused, as
+    the same value in the data is."""
+    for v in values:
+        if past_exact(v):
+            raise PydanticCustomError("param_type", INEXACT + ", got {got}", {"got": show(int(v))})
 
 
 def _field(spec: ParamSpec, shaper: str):

@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.nodes import UNITS
+from ..ir.nodes import MAX_EXACT_INT, UNITS
 
 _F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
 _INT64_MAX = np.iinfo(np.int64).max
+INEXACT = "expected a number that a float64 holds exactly (at most 2**53)"
+
+
 class BatchError(ValueError):
     """Bad input data: names the field, the first bad index and what was expected."""
 
@@ -107,7 +110,35 @@ def numeric(name: str, value: Any, length: int | None = None, what: str = "rollo
         raise BatchError(f"{name}: expected numbers, got dtype {arr.dtype}")
     if length is not None and len(arr) != length:
         raise BatchError(f"{name}: expected {length} values (one per {what}), got {len(arr)}")
+    if arr.dtype.kind in "iu":
+        exact(name, arr)
+    elif arr.dtype.kind == "f" and isinstance(value, (list, tuple)):  # ints mixed with floats became floats
+        for i in np.flatnonzero(np.abs(arr) >= MAX_EXACT_INT).tolist():  # 2**53 + 1 rounds to 2**53
+            if past_exact(value[i]):
+                raise _inexact(f"{name}: index {i}", value[i])
     return arr.astype(np.float64, copy=True)
+
+
+def past_exact(v: Any) -> bool:
+    """An integer (bool excluded) that a float64 would round: past 2**53, as `shapec run` refuses it."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)) and abs(int(v)) > MAX_EXACT_INT
+
+
+def _inexact(where: str, v: Any) -> BatchError:
+    """The error for an integer past 2**53 (past_exact) at `where`."""
+    return BatchError(f"{where}: {INEXACT}, got {show(int(v))}")
+
+
+def exact(name: str, arr: np.ndarray) -> None:
+    """An integer array (1-d, or a (G, k) band table) whose values a float64 holds exactly; a BatchError
+    names the first index (group) and value past 2**53: float64 would round it, silently."""
+    big = arr > MAX_EXACT_INT
+    if arr.dtype.kind == "i":
+        big |= arr < -MAX_EXACT_INT
+    if big.any():
+        at = np.argwhere(big)[0]
+        where = f"index {at[0]}" if arr.ndim == 1 else f"group {at[0]}"
+        raise _inexact(f"{name}: {where}", arr[tuple(at)])
 
 
 def _element(name: str, i: int, v: Any) -> float:
@@ -116,16 +147,20 @@ def _element(name: str, i: int, v: Any) -> float:
     if not isinstance(v, numbers.Real):
         raise BatchError(f"{name}: index {i}: expected a number, got {show(v)}")
     try:
-        return float(v)
+        number = float(v)
     except OverflowError:
         raise BatchError(f"{name}: index {i}: {show(v)} is too large for a float") from None
+    if past_exact(v):
+        raise _inexact(f"{name}: index {i}", v)
+    return number
 
 
 def finite(name: str, arr: np.ndarray, nonneg: str | None = None) -> np.ndarray:
     """No NaN, no infinity, and (when `nonneg` names what the values are, e.g. tokens) no negative value."""
     if len(arr) == 0:
         return arr
-    total = arr.sum()
+    with np.errstate(over="ignore", invalid="ignore"):  # finite values may sum past float64: looked at below
+        total = arr.sum()
     if math.isfinite(total) and (nonneg is None or arr.min() >= 0):  # one or two reductions when all is well
         return arr
     if np.isnan(arr).any():
@@ -210,6 +245,8 @@ def band(where: str, block: Any) -> tuple[float, float, float]:
         v = block[key]
         if not is_finite_number(v):
             raise BatchError(f"{where}.{key}: expected a finite number, got {show(v)}")
+        if past_exact(v):
+            raise _inexact(f"{where}.{key}", v)
         values.append(float(v))
     return check_band(where, *values)
 
