@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from .nodes import Node, Op, PARAM, ShaperIR, post_order
+from .nodes import Node, Op, ShaperIR, post_order
 from .values import k_and, k_cmp, k_or
 
 Value = np.ndarray | np.float64 | None  # one value per group, one for all groups, or unknown
@@ -54,7 +54,7 @@ class ParamValues:
             if n.attr[1] not in self.let_values:
                 self.let_values[n.attr[1]] = self.of(self.lets[n.attr[1]])
             return self.let_values[n.attr[1]]
-        if n.ty.level > PARAM or any(a is None for a in args):
+        if any(a is None for a in args):  # a value above param level is known only through known operands
             return None
         if op is Op.CONST:
             return np.float64(n.attr) if isinstance(n.attr, (int, float)) else None

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..paths import printable
 from ..runtime.batch import BatchError
-from ..runtime.batch_reach import first_batch_read
+from ..runtime.batch_reach import first_batch_read, where
 from ..runtime.params import ParamError, param_arrays
 from .atomic import check_destination, finishing, refuse_overwriting
 from .grouping import Chunk, Grouping, iter_chunks  # noqa: F401  (explain and plot read them from here)
@@ -140,17 +140,8 @@ def _refuse_batch_reads(shaper, plan, ex, good: np.ndarray, first_error: str) ->
         if found is not None:
             raise DataError(
                 f"{first_error}; --on-bad-row skip cannot leave its group out: shaper {ir.name!r} reads a "
-                f"batch-level value ({_where(found)}) that reaches the other groups' rewards, so shaping "
+                f"batch-level value ({where(found)}) that reaches the other groups' rewards, so shaping "
                 f"them without this group would change them; fix or remove the row")
-
-
-def _where(node) -> str:
-    span = node.span
-    if span.source is None:
-        return "a batch value"
-    line, col = span.source.position(span.start)
-    text = span.source.text[span.start:span.end]
-    return f"{printable(text)!s} at {printable(span.source.path)}:{line}:{col}"
 
 
 def _bad_groups(run, groups: np.ndarray, chunk: Chunk, err: Exception):

@@ -41,6 +41,7 @@ class Batch:
     lists: dict[str, tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=dict)  # name -> (offsets, fields)
     components: np.ndarray | None = None  # (n,) number of reward components per rollout
     env_rewards: np.ndarray | None = None  # (n,) the reward at pipeline entry
+    absent: tuple[str, ...] = ()  # declared metadata the call did not pass (shaper.py refuses what a reward reads)
 
     @property
     def n(self) -> int:
@@ -210,6 +211,7 @@ class Binder:
         self.inputs = inputs
         self.input_names = [name for name, _ in inputs]
         self.metas = metas
+        self.meta_names = [m.name for m in metas]
         self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
 
     def bind(self, rewards: Any, *, group_size: int | None = None, offsets: Any = None,
@@ -224,11 +226,15 @@ class Binder:
         G = len(off) - 1
         channels = _mapping("channels", channels)
         metadata = _mapping("metadata", metadata)
+        for key in metadata:
+            if key not in self.meta_names:
+                raise BatchError(f"metadata: unknown key {key!r}{_hint(key, self.meta_names)}; "
+                                 f"the shaper's metadata: {', '.join(map(repr, self.meta_names)) or 'none'}")
         slots = self._channels(checks, channels, n)
         comps = None
         if reward_components is not None:
             comps = checks.add("reward_components", numeric("reward_components", reward_components, n), "components")
-        batch = Batch(r, off)
+        batch = Batch(r, off, absent=tuple(name for name in self.meta_names if name not in metadata))
         later = [_load_meta(batch, checks, spec, metadata.get(spec.name), G) for spec in self.metas]
         values = checks.run()
         tables = checks.run_bands()
@@ -287,6 +293,13 @@ def channel_arrays(channels: Mapping[str, Any], inputs_needed: tuple[tuple[str, 
     slots = Binder(inputs_needed, ())._channels(checks, _mapping("channels", channels), n)
     values = checks.run()
     return {name: values[slot] for name, slot in slots}
+
+
+def declaration(spec: MetaSpec) -> str:
+    """A metadata declaration as the spec writes it (`meta pb: {total: band}`), for messages."""
+    fields = ", ".join(f"{f}: {t}" for f, t in spec.fields)
+    kind = {"scalar": spec.type, "record": f"{{{fields}}}", "list": f"list({fields})"}[spec.kind]
+    return f"meta {spec.name}: {kind}"
 
 
 def _rows(name: str, value: Any, G: int) -> list:

@@ -15,13 +15,21 @@ import numpy as np
 
 from ..ir.nodes import PipelineIR, ShaperIR
 from .helptext import documented
-from .batch import Batch, Binder
+from .batch import Batch, Binder, declaration
+from .batch_reach import first_meta_read, where
 from .interp import Interpreter, StageOutput
 from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve
 from .validate import BatchError, as_array, is_finite_number, numeric, show
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
+
+
+class AbsentMetadata(BatchError):
+    """A call left out metadata, `.name`, that a shaped reward reads with nothing standing in for it
+    (`.read` says where, for callers that word the fix their own way)."""
+
+    name = read = ""
 
 
 class StateError(ValueError):
@@ -154,6 +162,7 @@ class Bound:
     def __init__(self, resolved: list[Resolved]):
         self.resolved = resolved
         self._kernel_args: list[tuple | None] = [None] * len(resolved)
+        self.absent_ok: set[tuple] = set()  # (metadata left out, groups) these params shape without (_refuse_absent)
 
     def kernel_args(self, i: int, kernel, G: int) -> tuple:
         """(compiled kernel, packed params) of stage i for a call on G groups."""
@@ -320,6 +329,10 @@ class CompiledShaper:
     ) -> Result:
         """Shape one batch. Bad data fails the whole call with a BatchError (nothing is shaped).
 
+        `metadata` maps declared names to one entry per group (None where a group has none); an
+        unknown name is an error naming the closest declared one. A declared name left out is
+        absent in every group, which is refused (AbsentMetadata) where a reward reads it with
+        nothing standing in for it: give it as None to say that no group has it.
         `group_size` must divide the number of rewards unless `allow_short_last_group=True`, which
         makes the last group hold the remainder. `env_rewards` is what `env_reward` reads (default:
         `rewards`), for a call whose rewards were already shaped elsewhere, such as an advantage
@@ -344,6 +357,8 @@ class CompiledShaper:
         return batch
 
     def _shape(self, batch: Batch, bound: Bound, training: bool, breakdown: bool) -> Result:
+        if batch.absent and batch.groups:
+            self._refuse_absent(batch, bound)
         with self._lock:
             current = batch.rewards
             result = Result(current, batch.offsets)
@@ -357,6 +372,28 @@ class CompiledShaper:
                 current = out.rewards
             result.rewards = current
             return result
+
+    def _refuse_absent(self, batch: Batch, bound: Bound) -> None:
+        """Metadata a call leaves out is absent in every group. Where a read of it reaches the rewards
+        with nothing standing in for it (batch_reach.first_meta_read), the call would shape nothing
+        through it, silently, as a misspelt or forgotten key does: refused. Metadata only `??`
+        fallbacks, `missing()` tests, reductions defined on no items (`count`) or branches the params
+        turn off read may be left out; a key given as None says "in no group" and is never refused."""
+        key = (batch.absent, batch.groups)
+        if key in bound.absent_ok:
+            return
+        for i, (ir, _) in enumerate(self.stages):
+            columns = bound.resolved[i].columns(batch.groups)
+            for spec in ir.metas:
+                found = first_meta_read(ir, columns, spec.name) if spec.name in batch.absent else None
+                if found is not None:
+                    read = f"shaper {ir.name!r} reads it ({where(found)}) with nothing standing in for it"
+                    err = AbsentMetadata(f"metadata: missing {spec.name!r} (`{declaration(spec)}`): {read}, so left "
+                                         f"out it would shape no group through it; give it, one entry per group "
+                                         f"(None where a group has none), or give None to say no group has it")
+                    err.name, err.read = spec.name, f"metadata {spec.name!r} (`{declaration(spec)}`): {read}"
+                    raise err
+        bound.absent_ok.add(key)
 
     def _run(self, i: int, ir: ShaperIR, batch: Batch, bound: Bound, training, breakdown: bool) -> StageOutput:
         state = self._state[ir.name]

@@ -24,6 +24,7 @@ from ..run.atomic import AtomicFile, OutputError, check_destination, reason_of
 from .explain import gate_verdicts
 from .plotdata import BACKGROUND, DEFAULT_MAX, Curves, channel_values, sweep, sweepable
 from ..runtime.params import ParamError
+from ..runtime.shaper import AbsentMetadata
 from ..runtime.validate import BatchError
 from ..run.spec import ToolError, stage_irs
 
@@ -145,6 +146,8 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
         raise ToolError(f"the x-axis end must be a finite number > 0, got {max_length:g}; set it with --max-length")
     try:
         curves = sweep(shaper, plan, channel, unit, max_length, metadata)
+    except AbsentMetadata as err:  # the fix here is an option
+        raise ToolError(f"cannot shape the plotted group: {err.read}; give it with --meta {err.name}=VALUE") from None
     except (BatchError, ParamError) as err:  # a --meta value (or a param) the shaper refuses: its message names it
         raise ToolError(f"cannot shape the plotted group: {err}") from None
 

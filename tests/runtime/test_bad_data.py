@@ -41,8 +41,11 @@ X = [1.0, 2.0, 3.0, 4.0]
 
 
 def call(s, **kw):
-    args = {"group_size": 2, "channels": {"x": X}, **kw}
-    return s(REWARDS, **args)
+    """A call on two groups; metadata `pb`, which the factor reads with no fallback, is None unless given."""
+    metadata = kw.pop("metadata", {})
+    if isinstance(metadata, dict):
+        metadata = {"pb": None, **metadata}
+    return s(REWARDS, **{"group_size": 2, "channels": {"x": X}, "metadata": metadata, **kw})
 
 
 def flat(offsets, reward=(1, 1, 1), length=(1, 2, 3)):

@@ -107,7 +107,7 @@ def renamed(ir, namer, parallel):  # a kernel out of step with its IR: it reads 
 kernel_module.plan_arguments = renamed
 shaper = compile_str(sys.argv[1], backend="numba").t
 try:
-    shaper(np.array([1.0, 0.0]), group_size=2, channels={"x": np.array([1.0, 2.0])}, metadata={"m": np.array([0.5])})
+    shaper(np.array([1.0, 0.0]), group_size=2, channels={"x": np.array([1.0, 2.0])}, metadata={"m": np.array([0.5]), "rec": None})
 except KeyError as err:
     print("KeyError", err)
 """

@@ -56,7 +56,7 @@ def test_exact_wrong_rollouts_go_negative(l1):
 
 
 def test_an_absent_target_means_no_length_term(l1):
-    for meta in ({"target": [None, 100]}, {}):
+    for meta in ({"target": [None, 100]}, {"target": None}):
         out = l1.l1_exact([1, 1, 0, 1], group_size=2, channels={"length": [50, 5000, 50, 100]}, metadata=meta)
         assert out.rewards.tolist()[:2] == [1.0, 1.0]
         out = l1.l1_max([1, 1, 0, 1], group_size=2, channels={"length": [50, 5000, 50, 100]}, metadata=meta)
