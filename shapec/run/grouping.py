@@ -180,13 +180,39 @@ def _check_key_present(block, grouping: Grouping, rows: int) -> bool:
 
 
 def absent_field(block, name: str, what: str, rows: int) -> ToolError:
-    """A field no row of a readable block has: a typo or a file of another shape, named with the
-    closest field the rows have, or the first of them."""
-    names = block.field_names()
-    close = difflib.get_close_matches(name, names, n=1, cutoff=0.5)
-    fields = ", ".join(map(printable, names[:8])) or "no fields"
-    hint = f"; did you mean {close[0]!r}?" if close else f"; the rows have {fields}"
-    return ToolError(f"{what}: no row of the first {rows} has this field{hint}")
+    """A field no row of a readable block has: a typo or a file of another shape (absent_fields)."""
+    return absent_fields(block.field_names(), [(name, what)], f"the first {rows}")
+
+
+def absent_fields(names: list[str], missing: list[tuple[str, str]], rows: str) -> ToolError:
+    """Every field (name, what reads it) that none of `rows` has, one line each (absent_line)."""
+    return ToolError("\n".join(absent_line(name, what, rows, names) for name, what in missing))
+
+
+def absent_line(name: str, what: str, rows: str, names: list[str]) -> str:
+    """A field none of `rows` has, named with the closest of the fields they have (`names`), or else
+    with the fields they have."""
+    return f"{what}: no row of {rows} has this field{_field_hint(name, names)}"
+
+
+SHOWN_FIELDS = 8  # fields named in a hint; the rest are counted
+
+
+def closest(name: str, names: list[str], cutoff: float = 0.5) -> str | None:
+    """The field of `names` closest to `name`, if one is close."""
+    close = difflib.get_close_matches(name, names, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def _field_hint(name: str, names: list[str]) -> str:
+    """'; did you mean X?' for a field the rows have that is close to `name`, else the fields they
+    have: the first SHOWN_FIELDS of them and how many more there are."""
+    close = closest(name, names)
+    if close is not None:
+        return f"; did you mean {close!r}?"
+    fields = ", ".join(map(printable, names[:SHOWN_FIELDS])) or "no fields"
+    more = f", ... and {len(names) - SHOWN_FIELDS} more" if len(names) > SHOWN_FIELDS else ""
+    return f"; the rows have {fields}{more}"
 
 
 def _too_long(grouping: Grouping, block, base: int, start: int, chunk_rows: int) -> ToolError:

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..ir.nodes import MAX_EXACT_INT, UNITS
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
-from .grouping import Chunk, absent_field
+from .grouping import Chunk, absent_fields
 from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, is_list_type, got as _got
 
 
@@ -121,10 +121,15 @@ class FlatLayout:
         if self.fields_seen or not block.readable():
             return
         self.fields_seen = True
-        for name, typ in [("reward", "reward"), *inputs]:
-            if not block.has_field(name):
-                what = "reward" if name == "reward" else f"input {name!r} (`input {name}: {typ}`)"
-                raise absent_field(block, name, what, chunk.base + len(block))
+        missing = [(name, "reward" if name == "reward" else f"input {name!r} (`input {name}: {typ}`)")
+                   for name, typ in [("reward", "reward"), *inputs] if not block.has_field(name)]
+        if missing:
+            raise absent_fields(block.field_names(), missing, f"the first {chunk.base + len(block)}")
+
+    @staticmethod
+    def meta_fields(name: str) -> tuple[str, ...]:
+        """The row fields metadata `name` is read from."""
+        return (name,)
 
     def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
         self.check_fields(chunk, inputs)
@@ -289,6 +294,11 @@ class NemoGymLayout:
         agents = [get_path(r, self.agent_key) for r in firsts] if self.agent_key else None
         agents = _agent_names(agents, self.agent_key, starts, chunk.base, errors)
         return Extracted(rewards, channels, metadata, comps if comps.any() else None, agents, errors)
+
+    @staticmethod
+    def meta_fields(name: str) -> tuple[str, ...]:
+        """The row fields metadata `name` is read from (at the row's top level)."""
+        return ("profiled_rewards", "profiled_output_lengths") if name == "profiled" else (name,)
 
     @staticmethod
     def _meta(row: dict, name: str) -> Any:

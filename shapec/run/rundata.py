@@ -22,6 +22,7 @@ from ..paths import printable
 from ..runtime.batch import BatchError
 from ..runtime.batch_reach import first_batch_read, where
 from ..runtime.params import ParamError, param_arrays
+from .absent_meta import MetaFields
 from .atomic import check_destination, finishing, refuse_overwriting
 from .grouping import Chunk, Grouping, iter_chunks  # noqa: F401  (explain and plot read them from here)
 from .layouts import FlatLayout, NemoGymLayout  # noqa: F401  (the CLI reads them from here)
@@ -262,6 +263,7 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
     blocks, bar = open_blocks(data, layout, chunk_rows, progress)
     writer = rejects = None
     totals = MetricTotals(shaper)
+    fields = MetaFields(shaper, plan, layout, grouping.key)
     report = RunReport(out=out)
     try:
         writer = Writer(out, layout.name, data)
@@ -272,6 +274,7 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
         shaped = ((c, shape_chunk(shaper, plan, layout, c, on_bad_row, breakdown=breakdown)) for c in chunks) \
             if engine is None else engine(shaper, plan, layout, chunks, on_bad_row, breakdown)
         for chunk, outcome in shaped:
+            fields.see(chunk)
             writer.write(chunk, outcome)
             rejects.write(chunk, outcome.rejected, grouping.key)
             report.rows_in += len(chunk.block)
@@ -284,6 +287,7 @@ def run_file(shaper, plan, layout, data: Path, out: Path, grouping: Grouping, ch
                 totals.add(outcome.result.metrics, len(outcome.good_rows))
                 for reason, count in skip_counts(outcome.result).items():
                     report.skipped[reason] = report.skipped.get(reason, 0) + count
+        fields.check(report.rows_in)
         finishing()  # from here a signal no longer stops the run: both files are renamed into place
         rejects.commit()
         writer.commit()  # last: a complete output means the rejects beside it are complete too

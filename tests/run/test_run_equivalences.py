@@ -47,13 +47,17 @@ def spec(tmp_path_factory):
 
 
 def groups_from(seed: int, count: int) -> list[list[dict]]:
-    """`count` groups of 1-4 rows, each with its own metadata (some absent), its first row carrying it."""
+    """`count` groups of 1-4 rows, each with its own metadata (some absent, but each field in some row:
+    a field no row has is an error of its own), its first row carrying it."""
     rng = random.Random(seed)
     groups = []
     for g in range(count):
         meta = {"budget": rng.choice([None, {"total": {"a": 20.0 * g, "b": 20.0 * g + 300, "f": 0.25}}]),
                 "hist": rng.choice([None, {"ok": [True, False, True], "length": [10 * g, 7, 3 * g + 1]}]),
                 "target": rng.choice([None, 15 * g])}
+        if g == count - 1:  # the reads with no stand-in (budget has `?? gb`)
+            meta["hist"] = meta["hist"] or {"ok": [True], "length": [5]}
+            meta["target"] = 15 * g
         rows = [{"prompt_id": f"g{g}", "uid": f"{g}.{s}", "reward": rng.choice([0, 1, 1]),
                  "length": rng.randint(0, 400)} for s in range(rng.randint(1, 4))]
         rows[0].update({k: v for k, v in meta.items() if v is not None})

@@ -124,8 +124,8 @@ def test_an_input_no_row_has_is_one_error_naming_the_fields_the_rows_have(tmp_pa
     out = ["--out", str(tmp_path / "o.jsonl")] if command == "run" else []
     assert main([command, str(spec), "--backend", "interpreter", "--data", str(data), *out]) == 1
     err = capsys.readouterr().err
-    fields = ("prompt_id, sample, reward, reasoning, answer, low_effort, profile_band, profile_band.total"
-              if suffix == ".jsonl" else "prompt_id, reward, length")
+    fields = ("prompt_id, sample, reward, reasoning, answer, low_effort, profile_band, profile_band.total, "
+              "... and 13 more" if suffix == ".jsonl" else "prompt_id, reward, length")
     assert err.endswith("error: input 'correct' (`input correct: bool`): no row of the first 48 has this field; "
                         f"the rows have {fields}\n"), err
     assert not (tmp_path / "o.jsonl").exists()
