@@ -225,11 +225,13 @@ class NemoGymLayout:
     """NeMo-Gym result rows, read the way the NeMo-RL drop-ins read them."""
 
     name = "nemo-gym"
+    text_lengths = ("reasoning", "answer")  # the inputs counted from the response texts, in `unit`
 
     def __init__(self, length_type: str = "chars", tokenizer=None, agent_key: str | None = "agent_ref.name"):
         from .nemo_gym_rows import length_of, response_texts, rollout_calls, rollout_seconds
 
         self.agent_key = agent_key
+        self.unit = "tokens" if length_type == "tokens" and tokenizer is not None else "chars"
         self._texts = response_texts
 
         def text_length(which: int):

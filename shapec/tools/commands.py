@@ -70,9 +70,9 @@ def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
                        help="group key column; a group is a contiguous run of one key (default: prompt_id)")
     group.add_argument("--group-size", type=number("--group-size"), metavar="N", help="groups are N contiguous rows")
     p.add_argument("--length-type", choices=("chars", "tokens"),
-                   help="nemo-gym: count lengths in characters or tokenizer tokens "
-                        "(default: the config's length_type, else chars)")
-    p.add_argument("--tokenizer", help="nemo-gym: Hugging Face tokenizer name or path for --length-type tokens")
+                   help="nemo-gym: count lengths in characters or tokenizer tokens (default: the config's "
+                        "length_type, else tokens with --tokenizer; characters reaching a tokens input need chars)")
+    p.add_argument("--tokenizer", help="nemo-gym: Hugging Face tokenizer name or path, to count tokens")
     p.add_argument("--agent-by", metavar="PATH", type=field_path("--agent-by"),
                    help="where a row names its agent, for agent_overrides (default: agent_ref.name for "
                         "nemo-gym, agent for flat)")
@@ -200,20 +200,12 @@ def _setup(args):
 def _layout_and_grouping(args, plan, allow_short_last: bool = True):
     """The row layout and the grouping; `allow_short_last` is off for `run`, where a group size
     that does not divide the rows is an error unless --allow-short-last-group says otherwise."""
-    from ..run.rundata import FlatLayout, Grouping, NemoGymLayout
+    from ..run.rundata import FlatLayout, Grouping
 
     agent_key = (args.agent_by or ("agent_ref.name" if args.layout == "nemo-gym" else "agent")) \
         if plan.uses_agents else None
     if args.layout == "nemo-gym":
-        length_type = args.length_type or plan.length_type or "chars"
-        tokenizer = None
-        if length_type == "tokens":
-            if args.tokenizer is None:
-                print("shapec: note: length_type is tokens but no --tokenizer was given; counting characters, "
-                      "as NeMo-RL does without a tokenizer", file=sys.stderr)
-            else:
-                tokenizer = _load_tokenizer(args.tokenizer)
-        layout = NemoGymLayout(length_type, tokenizer, agent_key)
+        layout = _nemo_gym_layout(args, plan, agent_key)
     else:
         layout = FlatLayout(agent_key)
     if args.group_size is not None:
@@ -226,6 +218,29 @@ def _layout_and_grouping(args, plan, allow_short_last: bool = True):
         grouping = Grouping(key=args.group_by or "prompt_id",
                             source="--group-by" if args.group_by else "the default --group-by")
     return layout, grouping
+
+
+def _nemo_gym_layout(args, plan, agent_key):
+    """NeMo-Gym rows, their texts counted in --length-type, else the config's length_type, else tokens
+    when a tokenizer is given. Without a tokenizer the counts are characters: where they would reach
+    a `tokens` input, shaping as if they were tokens, they are refused unless the user said the
+    lengths are characters."""
+    from ..run.rundata import NemoGymLayout
+    from ..run.spec import stage_irs
+
+    length_type = args.length_type or plan.length_type or ("tokens" if args.tokenizer else None)
+    tokenizer = _load_tokenizer(args.tokenizer) if length_type == "tokens" and args.tokenizer else None
+    layout = NemoGymLayout(length_type or "chars", tokenizer, agent_key)
+    inputs = {name: typ for ir in stage_irs(plan.shaper) for name, typ in ir.inputs}
+    wrong = [name for name in layout.text_lengths if inputs.get(name) == "tokens"]
+    if layout.unit == "chars" and length_type != "chars" and wrong:
+        source = "" if length_type is None else \
+            " (--length-type tokens)" if args.length_type else " (the config's length_type is tokens)"
+        names = " and ".join(f"input {name!r} (`input {name}: tokens`)" for name in wrong)
+        raise UsageError(f"--layout nemo-gym: {names} {'reads' if len(wrong) == 1 else 'read'} tokens, but without "
+                         f"--tokenizer{source} the lengths are characters; give --tokenizer NAME (a Hugging Face "
+                         f"tokenizer) to count tokens, or --length-type chars to shape with character counts")
+    return layout
 
 
 def _load_tokenizer(name: str):

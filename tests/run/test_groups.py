@@ -114,7 +114,8 @@ def test_group_by_a_field_no_row_has_is_an_error_with_the_closest_field(tmp_path
 def test_nemo_gym_rows_without_a_group_key_or_size_are_an_error(tmp_path):
     rows = [{"full_result": {"reward": 1.0, "response": {"output": []}}} for _ in range(4)]
     data = write_jsonl(tmp_path / "in.jsonl", rows)
-    rc, _, err = run("nemo_rl", "--layout", "nemo-gym", "--data", data, "--out", tmp_path / "o.jsonl")
+    rc, _, err = run("nemo_rl", "--layout", "nemo-gym", "--length-type", "chars", "--data", data,
+                     "--out", tmp_path / "o.jsonl")
     assert rc == 1
     assert err == ("shapec: error: group key 'prompt_id' (the default --group-by): no row of the first 4 has this "
                    "field; the rows have full_result, full_result.reward, full_result.response\n")

@@ -235,12 +235,12 @@ def test_nemo_gym_missing_reward_is_a_bad_row(tmp_path):
     size = _nemo_gym_group_size(rows)
     del rows[5]["full_result"]["reward"]
     data = write_jsonl(tmp_path / "in.jsonl", rows)
-    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--group-size", size, "--data", data,
-               "--out", tmp_path / "o.jsonl")
+    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--length-type", "chars", "--group-size", size,
+               "--data", data, "--out", tmp_path / "o.jsonl")
     assert proc.returncode == 1
     assert "row 6: full_result.reward: expected a number, got nothing (the field is missing)" in proc.stderr
-    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--group-size", size, "--data", data,
-               "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip")
+    proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--length-type", "chars", "--group-size", size,
+               "--data", data, "--out", tmp_path / "o.jsonl", "--on-bad-row", "skip")
     assert proc.returncode == 0, proc.stderr
     assert counts(proc.stdout) == (len(rows), len(rows) - size, size)  # row 6's group goes to the rejects
 
@@ -280,7 +280,7 @@ def test_bundled_nemo_gym_rows_agree_with_the_bundled_config(tmp_path):
     rows = read_rows(EXAMPLES / "nemo_gym_rollouts.jsonl")
     out = tmp_path / "o.jsonl"
     proc = cli("run", "nemo_rl", "--layout", "nemo-gym", "--config", EXAMPLES / "nemo_rl_config.yaml",
-               "--data", EXAMPLES / "nemo_gym_rollouts.jsonl", "--out", out)
+               "--length-type", "chars", "--data", EXAMPLES / "nemo_gym_rollouts.jsonl", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert counts(proc.stdout) == (32, 32, 0)
     assert "groups: 4 in, 4 shaped" in proc.stdout

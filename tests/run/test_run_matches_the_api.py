@@ -170,8 +170,8 @@ def test_nemo_gym_parquet_reward_components_count_the_fields_a_row_has(tmp_path,
     rows = [{"prompt_id": f"p{g}", "full_result": {"reward": 1.0, "reward_components": comp, **text(10 + 10 * s)}}
             for g, comp in enumerate([{}, {"fmt": 0.5}, {}]) for s in range(2)]
     data, out = write(tmp_path / f"in.{suffix}", rows), tmp_path / "out.jsonl"
-    rc, stdout, _ = cli(capsys, "run", "nemo_rl", "--layout", "nemo-gym", "--group-by", "prompt_id", "--set",
-                        "longest_total_penalty=0.5", "--data", data, "--out", out, "--backend", "interpreter",
+    rc, stdout, _ = cli(capsys, "run", "nemo_rl", "--layout", "nemo-gym", "--length-type", "chars", "--group-by",
+                        "prompt_id", "--set", "longest_total_penalty=0.5", "--data", data, "--out", out, "--backend", "interpreter",
                         "--no-progress")
     assert rc == 0
     assert "groups: 3 in, 2 shaped, 1 passed through, 0 rejected (1 chunk)" in stdout

@@ -1,0 +1,80 @@
+"""`--layout nemo-gym` counts the response texts in tokens with a tokenizer and in characters
+without one. Characters never reach a `tokens` input unless the user says the lengths are
+characters: the error names the input, its unit and both fixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from shapec.tools import commands
+
+from .test_files_whole_or_untouched import run, write_jsonl
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
+FIX = ("give --tokenizer NAME (a Hugging Face tokenizer) to count tokens, or --length-type chars to shape with "
+       "character counts\n")
+BOTH = "input 'reasoning' (`input reasoning: tokens`) and input 'answer' (`input answer: tokens`) read tokens"
+
+
+def gym(tmp_path, *args):
+    return run("nemo_rl", "--layout", "nemo-gym", "--group-size", 8, "--data", EXAMPLES / "nemo_gym_rollouts.jsonl",
+               "--out", tmp_path / "o.jsonl", *args)
+
+
+def test_characters_reaching_a_tokens_input_are_an_error_naming_the_inputs_and_the_fixes(tmp_path):
+    rc, out, err = gym(tmp_path)
+    assert rc == 2 and out == "" and not (tmp_path / "o.jsonl").exists()
+    assert err == f"shapec: error: --layout nemo-gym: {BOTH}, but without --tokenizer the lengths are characters; {FIX}"
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_length_type_tokens_without_a_tokenizer_is_the_same_error_naming_where_it_was_said(tmp_path, how):
+    config = tmp_path / "c.yaml"
+    config.write_text("grpo:\n  length_penalty:\n    default:\n      length_type: tokens\n")
+    rc, _, err = gym(tmp_path, *(("--length-type", "tokens") if how == "flag" else ("--config", config)))
+    said = "--length-type tokens" if how == "flag" else "the config's length_type is tokens"
+    assert rc == 2
+    assert err == f"shapec: error: --layout nemo-gym: {BOTH}, but without --tokenizer ({said}) the lengths are " \
+                  f"characters; {FIX}"
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_saying_the_lengths_are_characters_shapes_with_character_counts(tmp_path, how):
+    config = tmp_path / "c.yaml"
+    config.write_text("grpo:\n  length_penalty:\n    default:\n      length_type: chars\n")
+    rc, out, err = gym(tmp_path, *(("--length-type", "chars") if how == "flag" else ("--config", config)))
+    assert rc == 0 and err == "", err
+    assert "groups: 4 in, 4 shaped" in out
+
+
+def test_a_chars_spec_needs_no_word(tmp_path):
+    spec = tmp_path / "c.shape"
+    spec.write_text("shaper c(p: float = 0.1) requires binary produces nonneg {\n  input reasoning: chars\n"
+                    "  input answer: chars\n  gate right = reward > 0\n"
+                    "  term longest = -p on argmax(reasoning + answer where right)\n  clamp >= 0\n}\n")
+    rc, _, err = run(spec, "--layout", "nemo-gym", "--group-size", 8, "--data", EXAMPLES / "nemo_gym_rollouts.jsonl",
+                     "--out", tmp_path / "o.jsonl")
+    assert rc == 0 and err == "", err
+
+
+class Words:
+    """A tokenizer that counts words."""
+
+    def encode(self, text, add_special_tokens=False):
+        return text.split()
+
+
+def test_a_tokenizer_alone_counts_tokens(tmp_path, monkeypatch):
+    monkeypatch.setattr(commands, "_load_tokenizer", lambda name: Words())
+    rows = [{"prompt_id": "p", "full_result": {"reward": 1.0, "response": {"output": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}}}
+        for text in ("one-very-long-word", "a b c")]  # longer in characters, longer in words
+    data = write_jsonl(tmp_path / "in.jsonl", rows)
+    rc, _, err = run("nemo_rl", "--layout", "nemo-gym", "--group-size", 2, "--data", data, "--out",
+                     tmp_path / "o.jsonl", "--tokenizer", "words", "--set", "longest_total_penalty=0.5", "--breakdown")
+    assert rc == 0, err
+    shaped = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["term.longest_total"] for r in shaped] == [0.0, -0.5]  # three words beat one
