@@ -22,6 +22,8 @@ from ..paths import printable
 from ..runtime.params import ParamError, validate_params
 from ..run.spec import ToolError, stage_irs
 
+GRPO_BLOCKS = ("length_penalty", "time_efficiency")  # the blocks of a NeMo-RL `grpo` that map to stages
+MAX_LISTED = 8  # blocks named in a message; the rest are counted
 
 
 def _hint(key: str, options, both: bool = False) -> str:
@@ -187,11 +189,13 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
         raise ToolError(f"{printable(path)}: expected a mapping of shaper names to params, got {type(data).__name__}")
     stages = plan.stage_names
     nemo = "grpo" in data
+    read = False  # whether the shaper reads any block of the config
     for key, value in data.items():
         try:
             if key == "grpo":
-                _load_grpo(plan, path, value, errors)
+                read = _load_grpo(plan, path, value, errors) or read
             elif key in stages:
+                read = True
                 if value is None:
                     continue
                 if not isinstance(value, Mapping):
@@ -205,6 +209,24 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
                 raise ToolError(f"{printable(path)}: unknown key {key!r}{_hint(key, valid, both=True)}")
         except ToolError as err:
             errors.append(str(err))
+    if data and not read and not errors:
+        errors.append(_unread(plan, path, data))
+
+
+def _unread(plan: ParamPlan, path: Path, data: Mapping) -> str:
+    """A config none of whose blocks the shaper reads sets nothing, silently (a later NeMo-RL's
+    `grpo.length_bonus` for `length_penalty`): the blocks it has, and the closest it could have."""
+    grpo = data.get("grpo") if isinstance(data.get("grpo"), Mapping) else {}
+    found = [*(str(k) for k in data if k != "grpo"), *(f"grpo.{k}" for k in grpo)] or ["grpo"]
+    blocks = [b for b in GRPO_BLOCKS if any(b in name for name in plan.stage_names)]
+    valid = [*plan.stage_names, *(f"grpo.{b}" for b in blocks)]
+    close = [(difflib.SequenceMatcher(None, key.rpartition(".")[2], name.rpartition(".")[2]).ratio(), key, name)
+             for key in found for name in valid if key.startswith("grpo.") == name.startswith("grpo.")]
+    ratio, key, name = max(close, default=(0.0, "", ""))
+    hint = f"; did you mean {name!r} for {key!r}?" if ratio >= 0.6 else f"; it reads {', '.join(map(repr, valid))}"
+    shown = ", ".join(map(printable, found[:MAX_LISTED])) + (f", ... and {len(found) - MAX_LISTED} more"
+                                                             if len(found) > MAX_LISTED else "")
+    return f"{printable(path)}: {plan.shaper.name!r} reads nothing from this config, which has {shown}{hint}"
 
 
 def _check_other_block(path: Path, key: str, value: Any, module_names, errors: list[str]) -> None:
@@ -232,9 +254,10 @@ def _stage_named(plan: ParamPlan, path: Path, block: str) -> str:
                     f"(stages: {', '.join(names)})")
 
 
-def _load_grpo(plan: ParamPlan, path: Path, grpo: Any, errors: list[str]) -> None:
+def _load_grpo(plan: ParamPlan, path: Path, grpo: Any, errors: list[str]) -> bool:
+    """Load the `grpo` blocks that map to stages; whether there was one."""
     if grpo is None:
-        return
+        return False
     if not isinstance(grpo, Mapping):
         raise ToolError(f"{printable(path)}: grpo: expected a mapping, got {type(grpo).__name__}")
     size = grpo.get("num_generations_per_prompt")
@@ -243,12 +266,14 @@ def _load_grpo(plan: ParamPlan, path: Path, grpo: Any, errors: list[str]) -> Non
             raise ToolError(f"{printable(path)}: grpo.num_generations_per_prompt: expected a positive integer, "
                             f"got {size!r}")
         plan.group_size = size
-    for block, load in (("length_penalty", _load_length_penalty), ("time_efficiency", _load_time_efficiency)):
-        if grpo.get(block) is not None:
-            try:
-                load(plan, path, _stage_named(plan, path, block), grpo[block])
-            except ToolError as err:
-                errors.append(str(err))
+    loads = {"length_penalty": _load_length_penalty, "time_efficiency": _load_time_efficiency}
+    present = [block for block in GRPO_BLOCKS if grpo.get(block) is not None]
+    for block in present:
+        try:
+            loads[block](plan, path, _stage_named(plan, path, block), grpo[block])
+        except ToolError as err:
+            errors.append(str(err))
+    return bool(present)
 
 
 def _mapping(value: Any, where: str) -> dict:

@@ -255,7 +255,7 @@ def test_the_config_group_size_is_checked_against_nemo_gym_prompt_ids(tmp_path):
         r["prompt_id"] = f"q{i // 4}"  # four rollouts per prompt, as the bundled rows had once
     data = write_jsonl(tmp_path / "in.jsonl", rows)
     config = tmp_path / "c.yaml"
-    config.write_text("grpo:\n  num_generations_per_prompt: 8\n")
+    config.write_text("grpo:\n  num_generations_per_prompt: 8\n  length_penalty:\n    default:\n      length_type: chars\n")
     rc, _, err = run("nemo_rl", "--layout", "nemo-gym", "--data", data, "--out", tmp_path / "o.jsonl",
                      "--config", config)
     assert rc == 1
