@@ -36,6 +36,7 @@ class MetaFields:
         self.names: list[str] | None = None  # the other fields of the first readable chunk, for hints
 
     def see(self, chunk: Chunk) -> None:
+        """Strike the fields some row of this chunk has; the first readable chunk gives the hints."""
         block = chunk.block
         if not self.unseen or not block.readable():
             return
