@@ -36,12 +36,19 @@ def k_cmp(op, a, b):
 
 def band_multiplier(x, a, b, f, present):
     """1 up to a, linear to f at b, f past b; 1 for a malformed band; missing for no band."""
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         malformed = np.isnan(a) | np.isnan(b) | np.isnan(f) | ~(b > a)
         inner = 1.0 - (x - a) / (b - a) * (1.0 - f)
         m = np.where(x <= a, 1.0, np.where(x >= b, f, inner))
         m = np.where(malformed, 1.0, m)
         return np.where(present == 1, m, NAN)
+
+
+def state_update(old: float, new: float) -> float:
+    """A state's next value: the update where it is finite, else the previous value. A missing
+    update (a mean over no correct rollout) or an overflowing one fails closed, so a state is
+    always finite and every state_dict() loads back (load_state_dict refuses NaN and infinity)."""
+    return new if math.isfinite(new) else old
 
 
 def seq_sum(values) -> float:
@@ -51,6 +58,11 @@ def seq_sum(values) -> float:
     return total
 
 
+def _sorted(x):
+    """Stably: 0.0 and -0.0 are equal, so their order is the rollout order (as k_sort keeps it)."""
+    return np.sort(x, kind="stable")
+
+
 def _median(s):
     k = len(s)
     mid = k // 2
@@ -58,7 +70,14 @@ def _median(s):
 
 
 def reduce_values(op: str, x: np.ndarray, extra: tuple[float, ...]) -> float:
-    """One reduction over an already-selected set of values (mask applied)."""
+    """One reduction over an already-selected set of values (mask applied). Sums, squares and
+    differences of finite values may pass float64 (inf, then inf - inf is NaN) as the kernels' do,
+    silently: a non-finite reward is refused and a missing value fails closed."""
+    with np.errstate(over="ignore", invalid="ignore"):  # a fresh one per call: reentrant, per thread
+        return _reduce(op, x, extra)
+
+
+def _reduce(op: str, x: np.ndarray, extra: tuple[float, ...]) -> float:
     k = len(x)
     if op == "count":
         return float(np.sum(x == 1))
@@ -81,10 +100,10 @@ def reduce_values(op: str, x: np.ndarray, extra: tuple[float, ...]) -> float:
     if op == "argmax":
         return float(np.argmax(x))
     if op == "median":
-        return _median(np.sort(x))
+        return _median(_sorted(x))
     if op == "mad":
-        med = _median(np.sort(x))
-        return _median(np.sort(np.abs(x - med)))
+        med = _median(_sorted(x))
+        return _median(_sorted(np.abs(x - med)))
     if op == "std":
         if k < 2:
             return NAN
@@ -94,14 +113,15 @@ def reduce_values(op: str, x: np.ndarray, extra: tuple[float, ...]) -> float:
         q = extra[0]
         if math.isnan(q) or q < 0 or q > 1:
             return NAN
-        s = np.sort(x)
+        s = _sorted(x)
         pos = q * (k - 1)
         lo = int(math.floor(pos))
-        hi = min(lo + 1, k - 1)
-        return float(s[lo] + (s[hi] - s[lo]) * (pos - lo))
+        if pos == lo:  # the order statistic itself, as np.quantile gives it
+            return float(s[lo])
+        return float(s[lo] + (s[lo + 1] - s[lo]) * (pos - lo))
     if op == "nth_largest":
         i = extra[0]
         if math.isnan(i) or i < 0 or i >= k:
             return NAN
-        return float(np.sort(x)[::-1][int(i)])
+        return float(x[np.argsort(-x, kind="stable")][int(i)])  # from the top, equal values in rollout order
     raise ValueError(f"interpreter: unknown reduction {op}")

@@ -15,7 +15,7 @@ import numpy as np
 from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type
 from .batch import Batch
 from ..ir.powers import c_pow
-from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_sum
+from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_sum, state_update
 
 NAN = math.nan
 
@@ -243,21 +243,22 @@ class Interpreter:
             out = np.full(len(arg), NAN)
         else:
             out = np.full(self.G, NAN)
-        for g in range(self.G):
-            s, e = offsets[g], offsets[g + 1]
-            sel = arg[s:e][mask[s:e] == 1]
-            if op == "minmax":
-                if len(sel) and not np.isnan(sel).any():
-                    lo, hi = float(np.min(sel)), float(np.max(sel))
-                    out[s:e] = 0.0 if hi == lo else (arg[s:e] - lo) / (hi - lo)
-            elif op == "centered":
-                if len(sel) and not np.isnan(sel).any():
-                    out[s:e] = arg[s:e] - seq_sum(sel) / len(sel)
-            else:
-                out[g] = reduce_values(op, sel, tuple(float(x[g]) for x in extras))
-                if op in ("argmin", "argmax") and not np.isnan(out[g]):
-                    # an index into the group (or item list), not into the masked selection
-                    out[g] = float(np.flatnonzero(mask[s:e] == 1)[int(out[g])])
+        with np.errstate(over="ignore", invalid="ignore"):  # as reduce_values: minmax and centered may overflow
+            for g in range(self.G):
+                s, e = offsets[g], offsets[g + 1]
+                sel = arg[s:e][mask[s:e] == 1]
+                if op == "minmax":  # (x - min) / (max - min), with the language's min and max (first of equal values)
+                    lo, hi = reduce_values("min", sel, ()), reduce_values("max", sel, ())
+                    if not math.isnan(lo):
+                        out[s:e] = 0.0 if hi == lo else (arg[s:e] - lo) / (hi - lo)
+                elif op == "centered":
+                    if len(sel) and not np.isnan(sel).any():
+                        out[s:e] = arg[s:e] - seq_sum(sel) / len(sel)
+                else:
+                    out[g] = reduce_values(op, sel, tuple(float(x[g]) for x in extras))
+                    if op in ("argmin", "argmax") and not np.isnan(out[g]):
+                        # an index into the group (or item list), not into the masked selection
+                        out[g] = float(np.flatnonzero(mask[s:e] == 1)[int(out[g])])
         return out
 
     def batch_reduce(self, node: Node) -> float:
@@ -284,13 +285,15 @@ class Interpreter:
         for step in ir.batch_steps:
             value = self.eval(step.expr)
             if step.kind == "state":
-                self.state[step.name] = float(value)
+                self.state[step.name] = state_update(self.state[step.name], float(value))
             else:
                 self.env[step.name] = value
                 if step.kind == "gate":
                     gate_codes[step.name] = self.gate_code(value)
         self.decide_skips(skip_codes)
-        shaped = self.shape(gate_codes)
+        # sums and products of finite terms and factors may pass float64: a non-finite reward is refused below
+        with np.errstate(over="ignore", invalid="ignore"):
+            shaped = self.shape(gate_codes)
         live = (skip_codes == 0)[self.gidx]
         rewards = np.where(live, shaped["rewards"], b.rewards)
         terms = {t: np.where(live, v, 0.0) for t, v in shaped["terms"].items()}

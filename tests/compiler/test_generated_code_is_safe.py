@@ -334,7 +334,9 @@ def _specs(t: dict[str, str], lib_name: str) -> tuple[str, str, str]:
 
 def _python_kernels(source: str, stages) -> list[Kernel]:
     """A generated module run as plain Python, numba's decorators replaced by nothing: every line
-    of it executes, in milliseconds instead of a compile."""
+    of it executes, in milliseconds instead of a compile. Its numpy scalars would warn where the
+    compiled kernel (error_model="numpy") computes inf or NaN silently, so each kernel runs under
+    np.errstate: the values are compared all the same, and a non-finite reward is still refused."""
     fake = types.ModuleType("numba")
     fake.njit = lambda *args, **kwargs: (lambda fn: fn)
     fake.prange, fake.types = range, numba.types
@@ -347,9 +349,17 @@ def _python_kernels(source: str, stages) -> list[Kernel]:
     kernels = []
     for low in stages:
         kernel = Kernel(low.ir)
-        kernel.variants[kernel.facts.general] = namespace[f"kernel_{low.fname}"]  # fits every call: never compiled
+        # the general kernel fits every call: nothing is ever compiled
+        kernel.variants[kernel.facts.general] = _silent(namespace[f"kernel_{low.fname}"])
         kernels.append(kernel)
     return kernels
+
+
+def _silent(kernel):
+    def run(*args):
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            return kernel(*args)
+    return run
 
 
 def _quiet(*argv) -> tuple[int, str]:

@@ -114,6 +114,13 @@ def test_pow_is_np_power_with_nan_for_a_negative_base_and_a_fractional_exponent(
         assert math.isnan(h.k_pow(-8.0, 0.5))
 
 
+def test_a_state_takes_its_update_only_where_it_is_finite():
+    for old, new in itertools.product((0.5, -0.0), (*NUMBERS, -math.inf)):
+        got = h.k_state(old, new)
+        assert np.float64(got).tobytes() == np.float64(rules.state_update(old, new)).tobytes(), (old, new)
+        assert np.float64(got).tobytes() == np.float64(new if math.isfinite(new) else old).tobytes(), (old, new)
+
+
 def test_every_helper_is_tested_here_and_emitted_under_njit():
     called = set(re.findall(r"\bh\.(k_[a-z_]+)\(", Path(__file__).read_text()))
     tested = called | {f"red_{op}" for op in REDUCTIONS} | {f"srt_{op}" for op, _ in ORDER_STATISTICS}

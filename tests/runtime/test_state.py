@@ -1,8 +1,9 @@
-"""Shaper state: atomic per call under threads, validated on load."""
+"""Shaper state: atomic per call under threads, validated on load, kept when an update is not a number."""
 
 from __future__ import annotations
 
 import math
+import pickle
 import random
 import sys
 import threading
@@ -154,3 +155,40 @@ def test_a_stateless_shaper_loads_its_empty_state():
     assert s.state_dict() == {}
     with pytest.raises(StateError, match=r"no stateful stage 'length_penalty'; stateful stages: none"):
         s.load_state_dict({"length_penalty": {}})
+
+
+# ------------------------------------------------------------------ updates that are not a number
+UPDATES = src("""
+    shaper s() produces real {
+      input length: tokens
+      gate right = reward > 0
+      state ema: float = 0.5 update 0.9 * ema + 0.1 * batch.mean(float(length) where right)
+      state grown: float = 1 update grown + exp(batch.max(float(length)) - 20)
+      state blown: float = 0.5 update blown * 1e308 * 1e308
+      term high = ema > 1 ? 1 : 0
+    }
+""")
+
+
+def saved_and_pickled(shaper):
+    """The shaper after its state_dict() is loaded back, and a copy through pickle (Ray, multiprocessing)."""
+    shaper.load_state_dict(shaper.state_dict())
+    clone = pickle.loads(pickle.dumps(shaper))
+    assert clone.state_dict() == shaper.state_dict()
+    return clone
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_update_that_is_missing_or_overflows_keeps_the_previous_state(backend):
+    shaper = compile_str(UPDATES, backend=backend).s
+    # no correct rollout: the mean over none is missing; exp(99980) and blown * 1e308 * 1e308 are inf
+    out = shaper([0.0, 0.0], group_size=2, channels={"length": [100000, 30]})
+    assert shaper.state_dict() == {"s": {"ema": 0.5, "grown": 1.0, "blown": 0.5}}
+    assert out.rewards.tolist() == [0.0, 0.0]  # the kept ema, compared with 1
+    shaper = saved_and_pickled(shaper)
+    out = shaper([1.0, 0.0], group_size=2, channels={"length": [20, 10]})  # then a good batch updates them
+    assert shaper.state_dict() == {"s": {"ema": 0.9 * 0.5 + 0.1 * 20.0, "grown": 2.0, "blown": 0.5}}
+    assert out.rewards.tolist() == [2.0, 1.0]
+    shaper = saved_and_pickled(shaper)
+    shaper([0.0], group_size=1, channels={"length": [20]})
+    assert shaper.state_dict() == {"s": {"ema": 0.9 * 0.5 + 0.1 * 20.0, "grown": 3.0, "blown": 0.5}}

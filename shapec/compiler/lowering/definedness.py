@@ -6,7 +6,8 @@ plain comparison, its logic plain `and`/`or`, `missing(x)` is 0. This pass gives
 expression one of three levels, from what the runtime guarantees about the leaves:
 
     FINITE   rewards, rollout inputs and list items (the batch layer rejects NaN and infinity),
-             the shaped reward a metric reads (a non-finite one fails the call first),
+             the shaped reward a metric reads (a non-finite one fails the call first), state
+             (its initial value is finite, an update that is not is dropped: k_state),
              params that are not optional (pydantic rejects NaN and infinity), group_size,
              number literals, gate-rule blocks, count/any/all (they only count ones), any
              comparison or logic of NUMBER operands (0 or 1)
@@ -14,7 +15,7 @@ expression one of three levels, from what the runtime guarantees about the leave
              FINITE, a product of FINITE values (it can overflow), a NUMBER over a nonzero
              literal, exp and sigmoid of a NUMBER, `x ?? y` with y a NUMBER, a term (0 where it
              does not apply) or a factor (1 there)
-    MAYBE    everything else: metadata, optional params, state, a quotient (0/0), a power,
+    MAYBE    everything else: metadata, optional params, a quotient (0/0), a power,
              log, sqrt, cos, bands, reductions that are missing on an empty selection, and
              whatever reads a MAYBE value
 
@@ -104,7 +105,9 @@ class Definedness:
             return MAYBE if n.ty.maybe_missing else FINITE
         if ns == "var":
             return self._var_levels().get(name, MAYBE)
-        if ns in ("state", "meta"):
+        if ns == "state":  # an update that is not a finite number keeps the previous value (k_state)
+            return FINITE
+        if ns == "meta":
             return MAYBE
         # `shaped` (metrics only) is finite wherever a metric is ever returned: a non-finite shaped
         # reward fails the call on both backends (Kernel.call, Interpreter.run) before any metric

@@ -73,6 +73,11 @@ def k_pow(a, b):
     return np.power(a, b)
 
 
+def k_state(old, new):
+    """A state's next value: the update where it is finite, else the previous value."""
+    return new if np.isfinite(new) else old
+
+
 def k_flag(b):
     return 1.0 if b else 0.0
 
@@ -139,10 +144,12 @@ def k_seq_sum(buf, k):
 
 
 def k_sort(buf, k):
-    """Sort buf[:k] in place: insertion sort for a group-sized selection, numpy's sort beyond."""
+    """Sort buf[:k] in place, stably (0.0 and -0.0 are equal, so which comes first is the rollout
+    order, as in the interpreter's np.sort(kind="stable")): insertion sort for a group-sized
+    selection, a merge sort beyond (numba's own sort is not stable)."""
     if k > 32:
         s = buf[:k]
-        s.sort()
+        s[:] = s[np.argsort(s, kind="mergesort")]
         return
     for t in range(1, k):
         v = buf[t]
@@ -254,7 +261,8 @@ def srt_median(s, tmp, k, extra):
 
 def srt_mad(s, tmp, k, extra):
     """Median of |x - median|: merging outwards from the median yields the deviations in
-    increasing order (med - x is exactly |x - med| below it), so no second sort."""
+    increasing order (med - x is |x - med| below it, but for the sign of a zero: -0.0 - 0.0 is
+    -0.0, hence abs), so no second sort."""
     if not k_usable(s, k):
         return nan
     med = k_sorted_median(s, k)
@@ -264,29 +272,40 @@ def srt_mad(s, tmp, k, extra):
     a = b - 1
     for t in range(k):
         if a >= 0 and (b >= k or med - s[a] <= s[b] - med):
-            tmp[t] = med - s[a]
+            tmp[t] = abs(med - s[a])
             a -= 1
         else:
-            tmp[t] = s[b] - med
+            tmp[t] = abs(s[b] - med)
             b += 1
     return k_sorted_median(tmp, k)
 
 
 def srt_quantile(s, tmp, k, q):
-    """Linear interpolation between the order statistics around q * (k - 1)."""
+    """Linear interpolation between the order statistics around q * (k - 1); at a whole position
+    the order statistic itself, as np.quantile gives it (-0.0 stays -0.0, and no inf * 0)."""
     if not k_usable(s, k):
         return nan
     if isnan(q) or q < 0.0 or q > 1.0:
         return nan
     pos = q * (k - 1)
     lo = int(np.floor(pos))
-    hi = min(lo + 1, k - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+    if pos == lo:
+        return s[lo]
+    return s[lo] + (s[lo + 1] - s[lo]) * (pos - lo)
 
 
 def srt_nth_largest(s, tmp, k, i):
+    """Counting down from the top with equal values in rollout order, as max takes the first of
+    them: the run of values equal to s[p] is read from its other end (s[a + b - p])."""
     if not k_usable(s, k):
         return nan
     if isnan(i) or i < 0.0 or i >= k:
         return nan
-    return s[k - 1 - int(i)]
+    p = k - 1 - int(i)
+    a = p
+    while a > 0 and s[a - 1] == s[p]:
+        a -= 1
+    b = p
+    while b < k - 1 and s[b + 1] == s[p]:
+        b += 1
+    return s[a + b - p]

@@ -76,7 +76,7 @@ class Statements:
             self.hoist(step.expr, batch, "batch")
             value = self.ex(step.expr, "batch", batch)
             if step.kind == "state":
-                o(f"{self.state_names[step.name]} = {value}")
+                o(f"{self.state_names[step.name]} = k_state({self.state_names[step.name]}, {value})")
                 o(f"state_out[{states.index(step.name)}] = {self.state_names[step.name]}")
             else:
                 self.vars[step.name] = "scalar"
