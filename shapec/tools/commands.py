@@ -229,6 +229,9 @@ def _nemo_gym_layout(args, plan, agent_key):
     from ..run.spec import stage_irs
 
     length_type = args.length_type or plan.length_type or ("tokens" if args.tokenizer else None)
+    if args.tokenizer and length_type == "chars":  # one of the two would be ignored, silently
+        said = "--length-type chars" if args.length_type else "the config's length_type is chars"
+        raise UsageError(f"--tokenizer {printable(args.tokenizer)} counts tokens, but {said}; give one of the two")
     tokenizer = _load_tokenizer(args.tokenizer) if length_type == "tokens" and args.tokenizer else None
     layout = NemoGymLayout(length_type or "chars", tokenizer, agent_key)
     inputs = {name: typ for ir in stage_irs(plan.shaper) for name, typ in ir.inputs}

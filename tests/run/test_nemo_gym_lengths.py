@@ -78,3 +78,14 @@ def test_a_tokenizer_alone_counts_tokens(tmp_path, monkeypatch):
     assert rc == 0, err
     shaped = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
     assert [r["term.longest_total"] for r in shaped] == [0.0, -0.5]  # three words beat one
+
+
+@pytest.mark.parametrize("how", ["flag", "config"])
+def test_a_tokenizer_with_lengths_said_to_be_characters_is_refused_naming_both(tmp_path, how):
+    config = tmp_path / "c.yaml"
+    config.write_text("grpo:\n  length_penalty:\n    default:\n      length_type: chars\n")
+    rc, out, err = gym(tmp_path, "--tokenizer", "some/tokenizer",
+                       *(("--length-type", "chars") if how == "flag" else ("--config", config)))
+    said = "--length-type chars" if how == "flag" else "the config's length_type is chars"
+    assert (rc, out) == (2, "") and not (tmp_path / "o.jsonl").exists()
+    assert err == f"shapec: error: --tokenizer some/tokenizer counts tokens, but {said}; give one of the two\n"
