@@ -54,7 +54,8 @@ def test_torch_tensors_that_require_grad_are_read_as_their_values(s):
 
 
 def test_torch_offsets_and_a_list_of_tensors(s):
-    out = s([1.0, 0.0], offsets=torch.tensor([0, 1, 2]), channels={"x": [torch.tensor(1.0), torch.tensor(3.0)]})
+    out = s([1.0, 0.0], offsets=torch.tensor([0, 1, 2]), channels={"x": [torch.tensor(1.0), torch.tensor(3.0)]},
+            metadata={"pb": None})
     assert out.offsets.tolist() == [0, 1, 2] and out.rewards.tolist() == [3.0, 2.0]
 
 
