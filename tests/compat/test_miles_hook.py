@@ -17,11 +17,14 @@ from shapec.compat import miles
 from shapec.compat.miles import post_process_rewards
 
 
+# slime is not installable here (not on PyPI, and it needs sglang and Megatron): these classes copy the
+# field names (and 0.3.0's refusal to read rollout_id) of slime/utils/types.py's Sample at each release.
 @dataclass
-class Sample:
+class SlimeSample:
+    """slime 0.2.1 to 0.2.4: no `rollout_id` (every sample is its own rollout, by `index`)."""
+
     group_index: int | None = None
     index: int | None = None
-    rollout_id: int | None = None
     response_length: int = 0
     reward: float | dict | None = None
     loss_mask: list | None = None
@@ -30,6 +33,13 @@ class Sample:
 
     def get_reward_value(self, args):
         return self.reward if not args.reward_key else self.reward[args.reward_key]
+
+
+@dataclass
+class Sample(SlimeSample):
+    """miles, and slime from 0.3.1: siblings share `rollout_id`."""
+
+    rollout_id: int | None = None
 
 
 def _args(**kw):
@@ -116,24 +126,6 @@ def test_configuration_errors_name_the_setting(monkeypatch):
     samples[4].reward = 0.0
     with pytest.raises(ValueError, match=r"the samples of rollout 7 \(rows \[0, 4\]\) must share one reward"):
         post_process_rewards(_args(), samples)
-
-
-# slime is not installable here (not on PyPI, and it needs sglang and Megatron): these classes copy the
-# field names (and 0.3.0's refusal to read rollout_id) of slime/utils/types.py's Sample at each release.
-@dataclass
-class SlimeSample:
-    """slime 0.2.1 to 0.2.4: no `rollout_id` (every sample is its own rollout, by `index`)."""
-
-    group_index: int | None = None
-    index: int | None = None
-    response_length: int = 0
-    reward: float | dict | None = None
-    loss_mask: list | None = None
-    remove_sample: bool = False
-    metadata: dict = field(default_factory=dict)
-
-    def get_reward_value(self, args):
-        return self.reward if not args.reward_key else self.reward[args.reward_key]
 
 
 @dataclass
