@@ -8,6 +8,7 @@ so row numbers stay exact and the line reaches the rejects file as it was.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -244,7 +245,10 @@ def _repeated(text: str, err: _RepeatedKey) -> BadLine:
 
 
 def parse_line(raw: bytes, offset: int) -> dict | BadLine | None:
-    """One JSONL line (its first byte at `offset` in the file): a row, a BadLine, or None if blank."""
+    """One JSONL line (its first byte at `offset` in the file): a row, a BadLine, or None if blank.
+    A byte order mark opening the file is not part of row 1 (editors on Windows write one)."""
+    if offset == 0 and raw.startswith(codecs.BOM_UTF8):
+        raw = raw[len(codecs.BOM_UTF8):]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

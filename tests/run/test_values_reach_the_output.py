@@ -162,6 +162,23 @@ def test_a_file_without_readable_rows_gets_the_rows_error(tmp_path, spec, conten
     assert rc == 1 and message in err and "group key" not in err, err
 
 
+def test_a_byte_order_mark_opening_a_file_is_not_part_of_row_1(tmp_path, spec):
+    data = tmp_path / "d.jsonl"
+    rows = [row("p0", 1, 1), row("p0", 0, 2)]
+    data.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    rc, out, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl")
+    assert rc == 0 and "rows: 2 in = 2 out + 0 rejected" in out, err
+    assert [json.loads(x)["prompt_id"] for x in (tmp_path / "o.jsonl").read_text().splitlines()] == ["p0", "p0"]
+
+
+def test_a_byte_order_mark_inside_a_file_is_a_bad_line(tmp_path, spec):
+    data = tmp_path / "d.jsonl"
+    first, second = (json.dumps(row("p0", r, n)).encode() for r, n in ((1, 1), (0, 2)))
+    data.write_bytes(first + b"\n\xef\xbb\xbf" + second)
+    rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl")
+    assert rc == 1 and "row 2: <line>: not valid JSON" in err, err
+
+
 def test_a_missing_group_key_is_still_named_after_bad_lines(tmp_path, spec):
     data = write_jsonl(tmp_path / "d.jsonl", ["garbage", {"reward": 1, "length": 1}])
     rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl", "--chunk-rows", 1)
