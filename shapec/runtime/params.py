@@ -22,7 +22,12 @@ from .validate import INEXACT, as_array, is_finite_number, past_exact, show
 
 
 class ParamError(ValueError):
-    """A bad param: names the key, and the closest valid key for an unknown one."""
+    """A bad param: names the key, and the closest valid key for an unknown one. `required` names a
+    param with no default that was not given, so a caller can say how its users give one."""
+
+    def __init__(self, message: str, required: str | None = None):
+        super().__init__(message)
+        self.required = required
 
 
 def _suggest(key: str, options) -> str:
@@ -151,6 +156,18 @@ def params_model(ir: ShaperIR) -> type[BaseModel]:
     return model
 
 
+def _what(error: dict, shaper: str) -> str:
+    """pydantic's first error in shapec's words: `expected ...`, the value given once, and a required
+    param named as one (pydantic says `Field required`)."""
+    loc = ".".join(str(x) for x in error["loc"])
+    if error["type"] == "missing":
+        return f"{loc!r} of shaper {shaper!r}: required (it has no default)"
+    msg = error["msg"].replace("Input should be", "expected", 1)
+    if error["type"] != "param_type" and "input" in error:  # the value given, once
+        msg += f" ({error['input']!r})" if " got " in msg else f", got {error['input']!r}"
+    return f"{loc!r} of shaper {shaper!r}: {msg}"
+
+
 def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str = "") -> dict[str, Any]:
     """Validate scalar params; unknown keys name the closest valid one."""
     values = mapping_of_params(values, f"{where}params of shaper {ir.name!r}")
@@ -162,9 +179,8 @@ def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str =
         model = params_model(ir).model_validate(values)
     except ValidationError as err:
         first = err.errors()[0]
-        loc = ".".join(str(x) for x in first["loc"])
-        got = f", got {first['input']!r}" if "input" in first and first["type"] not in ("missing", "param_type") else ""
-        raise ParamError(f"{where}param {loc!r} of shaper {ir.name!r}: {first['msg']}{got}") from None
+        required = str(first["loc"][0]) if first["type"] == "missing" else None
+        raise ParamError(f"{where}param {_what(first, ir.name)}", required) from None
     return model.model_dump()
 
 

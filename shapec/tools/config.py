@@ -156,7 +156,7 @@ def build_plan(shaper, module_names: Mapping[str, frozenset[str]] | tuple[str, .
         _load_config(plan, Path(config), module_names, errors)
     for key, value in parse_set(sets or []):
         _apply_set(plan, key, value)
-    _validate(plan, printable(config) if config else "--set", errors)
+    _validate(plan, printable(config) if config else "--set" if sets else "params", errors)
     if errors:
         raise ToolError("\n".join(dict.fromkeys(errors)))
     return plan
@@ -379,4 +379,4 @@ def _validate(plan: ParamPlan, source: str, errors: list[str]) -> None:
             try:
                 validate_params(ir, values, prefix)
             except ParamError as err:
-                errors.append(str(err))
+                errors.append(str(err) + (f"; give it with --set {err.required}=VALUE" if err.required else ""))

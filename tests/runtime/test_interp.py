@@ -304,7 +304,7 @@ def test_params_are_validated_with_suggestions():
     s = shaper("term t = coeff", header="shaper s(coeff: float >= 0 = 1) produces real {")
     with pytest.raises(ParamError, match="unknown param 'cofe'.*did you mean 'coeff'"):
         s([1.0], group_size=1, params={"cofe": 1})
-    with pytest.raises(ParamError, match=r"param 'coeff' of shaper 's': Input should be greater than or equal to 0, "
+    with pytest.raises(ParamError, match=r"param 'coeff' of shaper 's': expected greater than or equal to 0, "
                                          r"got -1$"):
         s([1.0], group_size=1, params={"coeff": -1})
     assert set(s.params_model.model_fields) == {"coeff"}

@@ -126,3 +126,17 @@ def test_one_column_and_a_row_per_group_shape_alike(G):
         assert fast.rewards.tobytes() == oracle.rewards.tobytes()
         for name in oracle.terms:
             assert fast.terms[name].tobytes() == oracle.terms[name].tobytes(), name
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"n": 1.5, "r": 0.5}, "param 'n' of shaper 's': expected a valid integer, got a number with a fractional part (1.5)"),
+    ({"n": "a", "r": 0.5}, "param 'n' of shaper 's': expected an integer, got 'a' (str)"),
+    ({"r": 2}, "param 'r' of shaper 's': expected less than or equal to 1, got 2"),
+    ({}, "param 'r' of shaper 's': required (it has no default)"),
+])
+def test_a_bad_param_is_named_with_what_was_expected_and_the_value_given_once(params, message):
+    s = shapec.compile_str("shaper s(n: int = 1, r: float in [0, 1]) {\n  input x: float\n  term t = float(n) + r\n}\n",
+                           backend="interpreter").s
+    with pytest.raises(ParamError) as err:
+        s([1.0], group_size=1, channels={"x": [1.0]}, params=params)
+    assert str(err.value) == message

@@ -221,3 +221,16 @@ def test_every_error_of_a_config_is_reported_at_once_with_its_key_path(tmp_path)
 def test_an_unknown_top_level_key_lists_every_accepted_key(tmp_path):
     lines, path = _miles_plan_errors(tmp_path, "zzz: {}\n")
     assert lines == [f"{path}: unknown key 'zzz'; valid keys: length_penalty, grpo_advantage, grpo"]
+
+
+def test_a_required_param_never_given_says_how_to_give_it(tmp_path):
+    spec = tmp_path / "req.shape"
+    spec.write_text("shaper s(ratio: float) requires binary produces real {\n  input length: tokens\n"
+                    "  term t = -ratio * float(length) / 1000 on reward > 0\n}\n")
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"prompt_id": "p", "reward": 1, "length": 5}\n')
+    proc = cli("run", spec, "--data", data, "--out", tmp_path / "o.jsonl", "--backend", "interpreter")
+    assert (proc.returncode, proc.stderr) == (1, "shapec: error: params: s: param 'ratio' of shaper 's': required "
+                                                 "(it has no default); give it with --set ratio=VALUE\n")
+    proc = cli("run", spec, "--data", data, "--out", tmp_path / "o.jsonl", "--backend", "interpreter", "--set", "ratio=x")
+    assert proc.stderr == "shapec: error: --set: s: param 'ratio' of shaper 's': expected a float, got 'x' (str)\n"
