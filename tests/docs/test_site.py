@@ -42,6 +42,18 @@ def test_stdlib_reference_covers_every_shaper_and_pipeline():
             assert f"### pipeline `{path.stem}.{name}`" in text
 
 
+def test_the_cli_guide_names_every_command_and_every_stdlib_module():
+    text = (DOCS / "cli.md").read_text()
+    summary = text.split("```text\n", 1)[1].split("```", 1)[0]
+    from shapec.cli import build_parser
+
+    commands = re.search(r"\{([a-z,]+)\}", build_parser().format_usage()).group(1).split(",")
+    assert sorted(line.split()[1] for line in summary.splitlines()) == sorted(commands)
+    spec_names = text.split("`SPEC` is a `.shape` file", 1)[1].split("\n\n", 1)[0]
+    for path in (ROOT / "shapec" / "stdlib").glob("*.shape"):
+        assert f"`{path.stem}`" in spec_names
+
+
 def test_mkdocs_build_strict(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
