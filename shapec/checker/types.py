@@ -53,7 +53,9 @@ class TypesPass:
             if on_n.ty is not POISON and on_n.ty.kind not in (BOOL, "index"):
                 self.error("E302", f"`on` takes a rollout mask or argmin/argmax, not a {on_n.ty.kind}", on.span)
             elif on_n.ty is not POISON and on_n.ty.kind == BOOL and on_n.ty.level != ROLLOUT:
-                self.error("E303", f"`on` selects rollouts; this is a {on_n.ty.describe()}", on.span)
+                text = " ".join(on.span.source.text[on.span.start:on.span.end].split()) if on.span.source else "..."
+                self.error("E303", f"`on` selects rollouts; this is a {on_n.ty.describe()}: to apply the "
+                           f"statement to whole groups where it holds, write `when {text}`", on.span)
         when_n = None
         if when is not None:
             when_n = self.expr(when)

@@ -219,3 +219,12 @@ def test_a_factor_unbounded_by_a_param_with_one_bound_names_the_missing_bound():
     text = HEADER.replace("limit: int = 10", "coeff: float >= 1 = 1") + "  factor f = 1 - coeff on right\n}\n"
     d = only(text)
     assert d.code == "E503" and d.message.endswith("; param 'coeff' declares no upper bound"), d.message
+
+
+def test_on_with_a_group_condition_suggests_when():
+    text = HEADER + "  gate easy = mean(reward) > 0.5\n  term t = -0.1 on easy\n}\n"
+    d = only(text)
+    assert d.code == "E303" and d.message == ("`on` selects rollouts; this is a group bool: to apply the statement to "
+                                              "whole groups where it holds, write `when easy`"), d.message
+    assert d.location()[:2] == (5, 20)
+    assert check_source(text.replace("on easy", "when easy"), "spec.shape") == []
