@@ -43,13 +43,6 @@ def spec_path(spec: str) -> Path:
     return path
 
 
-def load_module(spec: str, backend: str | None = None, parallel: bool | None = None):
-    """Compile a .shape file, or load a stdlib module by name (`nemo_rl`)."""
-    from ..api import compile_file
-
-    return compile_file(spec_path(spec), backend, parallel)
-
-
 def pick_shaper(module, name: str | None):
     """The shaper or pipeline to run: the named one, the only one, or the module's only pipeline."""
     names = module.names()

@@ -174,12 +174,20 @@ def _need_file(path: str | None, what: str) -> Path | None:
     return p
 
 
+def _spec_path(args) -> Path:
+    """The spec's file; one that is not there is a usage error (exit 2), as in check and compile."""
+    from ..run.spec import spec_path
+
+    try:
+        return spec_path(args.spec)
+    except ToolError as err:
+        raise UsageError(str(err)) from None
+
+
 def _reads(args, data: Path | None, module=None) -> list[tuple[Path, str]]:
     """The files a command reads, which no output of it may be under any name: the spec, the specs
     it imports (once the module is loaded), the config and the data."""
-    from ..run.spec import spec_path
-
-    files = [(spec_path(args.spec), "the spec file")]
+    files = [(_spec_path(args), "the spec file")]
     files += [(path, "a spec the spec imports") for path in (module.imported_files() if module else ())]
     files += [(Path(args.config), "the config file")] if args.config else []
     return files + ([(data, "the input file")] if data else [])
@@ -188,10 +196,11 @@ def _reads(args, data: Path | None, module=None) -> list[tuple[Path, str]]:
 def _setup(args):
     """Module, shaper and param plan from the common arguments."""
     from .config import build_plan, module_keys
-    from ..run.spec import load_module, pick_shaper
+    from ..api import compile_file
+    from ..run.spec import pick_shaper
 
     _need_file(args.config, "--config")
-    module = load_module(args.spec, args.backend, args.parallel)
+    module = compile_file(_spec_path(args), args.backend, args.parallel)
     shaper = pick_shaper(module, args.shaper)
     plan = build_plan(shaper, module_keys(module), args.config, args.sets)
     return module, shaper, plan
@@ -261,7 +270,14 @@ def cmd_run(args) -> int:
     from ..run.atomic import Interrupted, OutputError
     from ..run.rundata import format_report, run_file
 
+    from ..run.readers import input_format
+
     data = _need_file(args.data, "--data")
+    for path in (data, Path(args.out)):
+        try:
+            input_format(path)
+        except ToolError as err:  # a file type run cannot read or write: a usage error
+            raise UsageError(str(err)) from None
     try:
         module, shaper, plan = _setup(args)
         layout, grouping = _layout_and_grouping(args, plan, allow_short_last=args.allow_short_last_group)

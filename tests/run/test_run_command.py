@@ -249,7 +249,7 @@ def test_usage_errors_exit_2(tmp_path):
     proc = cli("run", "nemo_rl", "--data", tmp_path / "nope.jsonl", "--out", tmp_path / "o.jsonl")
     assert proc.returncode == 2 and "--data" in proc.stderr and "no such file" in proc.stderr
     proc = cli("run", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--out", tmp_path / "o.csv")
-    assert proc.returncode == 1 and "expected .jsonl or .parquet" in proc.stderr
+    assert proc.returncode == 2 and "expected .jsonl or .parquet" in proc.stderr
     proc = cli("run", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--out", tmp_path / "o.jsonl",
                "--group-size", 4, "--group-by", "prompt_id")
     assert proc.returncode == 2 and "not allowed with argument" in proc.stderr

@@ -36,7 +36,7 @@ def data(tmp_path) -> Path:
     (("fmt", f"{LONG}.shape"), 2),
     (("fmt", "--check", f"file.txt/{LONG}.shape"), 2),
     (("compile", f"{LONG}.shape"), 2),
-    (("run", f"{LONG}.shape", "--data", "DATA", "--out", "out.jsonl"), 1),
+    (("run", f"{LONG}.shape", "--data", "DATA", "--out", "out.jsonl"), 2),
     (("run", str(EXAMPLE), "--data", f"{LONG}.jsonl", "--out", "out.jsonl"), 2),
     (("run", str(EXAMPLE), "--data", "DATA", "--out", f"{LONG}.jsonl"), 2),
     (("run", str(EXAMPLE), "--data", "DATA", "--out", "file.txt/out.jsonl"), 2),
