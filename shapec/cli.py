@@ -9,6 +9,7 @@ import argparse
 import gc
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from . import __version__
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None, keep_signal_handlers: bool = False) -> i
 
     signals = Signals()
     try:
-        with signals.installed(restore=not keep_signal_handlers):
+        with signals.installed(restore=not keep_signal_handlers), warnings.catch_warnings():
+            warnings.showwarning = _show_warning
             code = args.func(args)
     except (KeyboardInterrupt, Interrupted) as err:  # run says more itself; fmt's files are whole either way
         terminated = isinstance(err, Interrupted)
@@ -137,6 +139,11 @@ def main(argv: list[str] | None = None, keep_signal_handlers: bool = False) -> i
     if signals.late:
         print(f"shapec {args.command}: {signals.late} after its files were written; it completed", file=sys.stderr)
     return code
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the CLI's other lines are written, without the Python file and line it came from."""
+    print(f"shapec: warning: {message}", file=sys.stderr)
 
 
 def entry() -> None:

@@ -66,20 +66,27 @@ class LengthPenaltyParams(_Block):
     @model_validator(mode="after")
     def _warn_fail_closed(self) -> "LengthPenaltyParams":
         """NeMo-RL's config accepts these values and its code then fails at run time; say what happens here."""
-        tp, ms = self.top_percentile, self.profiled_length_min_samples
-        if not math.isfinite(tp):
-            warnings.warn(f"length_penalty top_percentile {tp} is not a finite number: NeMo-RL fails on it at "
-                          f"run time; the drop-in refuses it with a ParamError when called", stacklevel=2)
-        elif not 0 <= tp <= 1:
-            warnings.warn(f"length_penalty top_percentile {tp} is outside [0, 1]: a group whose top-scorer index "
-                          f"falls past its correct rollouts (NeMo-RL raises IndexError there) gets no shortest "
-                          f"bonus and no longest penalty; a value <= 0 keeps only the best score, as in NeMo-RL",
-                          stacklevel=2)
-        if ms < 1:
-            warnings.warn(f"length_penalty profiled_length_min_samples {ms} is below 1: it acts as 1 (a prompt "
-                          f"without a passing profiled rollout gets no profiled penalty; NeMo-RL raises "
-                          f"StatisticsError there)", stacklevel=2)
+        for message in fail_closed_values(self.top_percentile, self.profiled_length_min_samples):
+            warnings.warn(message, stacklevel=2)
         return self
+
+
+def fail_closed_values(tp: float, ms: int) -> list[str]:
+    """What shapec does with the values NeMo-RL's config accepts and its code then fails on, one line each
+    (the drop-in and `shapec run --config` warn them from the config, `--set` from its values)."""
+    out = []
+    if not math.isfinite(tp):
+        out.append(f"length_penalty top_percentile {tp} is not a finite number: NeMo-RL fails on it at "
+                   f"run time; the drop-in refuses it with a ParamError when called")
+    elif not 0 <= tp <= 1:
+        out.append(f"length_penalty top_percentile {tp} is outside [0, 1]: a group whose top-scorer index "
+                   f"falls past its correct rollouts (NeMo-RL raises IndexError there) gets no shortest "
+                   f"bonus and no longest penalty; a value <= 0 keeps only the best score, as in NeMo-RL")
+    if ms < 1:
+        out.append(f"length_penalty profiled_length_min_samples {ms} is below 1: it acts as 1 (a prompt "
+                   f"without a passing profiled rollout gets no profiled penalty; NeMo-RL raises "
+                   f"StatisticsError there)")
+    return out
 
 
 class ProfileBandChannel(_Block):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -154,12 +155,32 @@ def build_plan(shaper, module_names: Mapping[str, frozenset[str]] | tuple[str, .
     errors: list[str] = []
     if config is not None:
         _load_config(plan, Path(config), module_names, errors)
+    before = {stage: dict(values) for stage, values in plan.base.items()}
     for key, value in parse_set(sets or []):
         _apply_set(plan, key, value)
     _validate(plan, printable(config) if config else "--set" if sets else "params", errors)
     if errors:
         raise ToolError("\n".join(dict.fromkeys(errors)))
+    _warn_as_nemo_rl(plan, before)
     return plan
+
+
+def _warn_as_nemo_rl(plan: ParamPlan, before: dict[str, dict]) -> None:
+    """A `--set` value for NeMo-RL's length penalty that NeMo-RL's config accepts and its code fails on
+    gets the warning the drop-in and a config give it (a config's own values were warned as read)."""
+    from ..api import STDLIB
+    from ..run.nemo_rl_config import fail_closed_values
+
+    for ir in stage_irs(plan.shaper):
+        if Path(ir.filename).resolve() != (STDLIB / "nemo_rl.shape").resolve() or ir.name != "length_penalty":
+            continue
+        values = plan.base.get(ir.name, {})
+        keys = ("top_percentile", "profiled_length_min_samples")
+        if all(values.get(k) == before.get(ir.name, {}).get(k) for k in keys):
+            continue
+        resolved = validate_params(ir, values)
+        for message in fail_closed_values(*(resolved[k] for k in keys)):
+            warnings.warn(message, stacklevel=2)
 
 
 def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -> None:

@@ -86,6 +86,8 @@ def test_nemo_gym_rows_without_profiled_lengths_name_that_field(tmp_path):
                      "--data", data, "--out", tmp_path / "o.jsonl", "--set", "profiled_length_penalty=0.1",
                      "--set", "profiled_length_min_samples=0")
     assert rc == 1, err
+    warning, err = err.split("\n", 1)  # min_samples 0 is warned as the drop-in warns it
+    assert warning.startswith("shapec: warning: length_penalty profiled_length_min_samples 0 is below 1")
     assert err.startswith("shapec: error: metadata 'profiled' (`meta profiled: list(reward: float, length: tokens)`, "
                           "read from 'profiled_output_lengths'): no row of the file (4 rows) has this field; did you "
                           "mean 'profiled_output_length'?; shaper 'length_penalty' reads it with nothing standing in "

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "SHAPEC_BACKEND": "interpreter"}
 
@@ -234,3 +236,22 @@ def test_a_required_param_never_given_says_how_to_give_it(tmp_path):
                                                  "(it has no default); give it with --set ratio=VALUE\n")
     proc = cli("run", spec, "--data", data, "--out", tmp_path / "o.jsonl", "--backend", "interpreter", "--set", "ratio=x")
     assert proc.stderr == "shapec: error: --set: s: param 'ratio' of shaper 's': expected a float, got 'x' (str)\n"
+
+
+@pytest.mark.parametrize("how", ["config", "set"])
+def test_a_top_percentile_nemo_rl_would_fail_on_is_warned_once_from_a_config_or_set(tmp_path, how):
+    data = rows_file(tmp_path, [("p", "a", [1, 1, 0], [10, 20, 5])])
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("grpo:\n  length_penalty:\n    default:\n      top_percentile: 5\n")
+    proc, rewards = run(tmp_path, data, *(("--config", cfg) if how == "config" else ("--set", "top_percentile=5")))
+    assert proc.returncode == 0 and len(rewards) == 3
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("shapec: warning: ")]
+    assert warned == ["shapec: warning: length_penalty top_percentile 5.0 is outside [0, 1]: a group whose top-scorer "
+                      "index falls past its correct rollouts (NeMo-RL raises IndexError there) gets no shortest bonus "
+                      "and no longest penalty; a value <= 0 keeps only the best score, as in NeMo-RL"]
+
+
+def test_a_top_percentile_in_range_is_not_warned(tmp_path):
+    data = rows_file(tmp_path, [("p", "a", [1, 1, 0], [10, 20, 5])])
+    proc, _ = run(tmp_path, data, "--set", "top_percentile=0.25")
+    assert proc.returncode == 0 and "warning" not in proc.stderr
