@@ -180,7 +180,11 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     if dist is not None:
         _plot_distribution(fig.add_subplot(grid[-1]), dist, channel, unit, max_length)
     curves.notes += state_notes(entering, left if dist is not None else None)
-    fig.text(0.01, 0.01, caption(curves, metadata, source), fontsize=7, va="bottom", family="monospace")
+    given = {(f"{stage}.{k}" if shaper.is_pipeline else k): v for stage, values in plan.base.items()
+             for k, v in values.items()}
+    declares = any(ir.metas for ir in stage_irs(shaper))
+    fig.text(0.01, 0.01, caption(curves, metadata, source, given, declares), fontsize=7, va="bottom",
+             family="monospace")
     try:
         _save(fig, out, fmt)
     finally:
@@ -188,13 +192,18 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     return curves
 
 
-def caption(curves: Curves, metadata: dict, source: str | None) -> str:
-    """Every input's value, the metadata used, and the notes, wrapped for the figure's foot."""
+def caption(curves: Curves, metadata: dict, source: str | None, params: dict | None = None,
+            declares_metadata: bool = True) -> str:
+    """Every input's value, the params a config or --set gave, the metadata used (or how to give it,
+    for a shaper that declares some), and the notes, wrapped for the figure's foot."""
     lines = ["inputs: " + "; ".join(f"{k} = {v}" for k, v in curves.inputs.items())]
+    if params:
+        lines.append("params (from --config and --set; the others at their defaults): "
+                     + "; ".join(f"{k} = {v}" for k, v in params.items()))
     if metadata:
         origin = f" (from group {source} of --data)" if source else ""
         lines.append(f"metadata{origin}: " + "; ".join(f"{k} = {v}" for k, v in metadata.items()))
-    else:
+    elif declares_metadata:
         lines.append("metadata: none (give it with --meta NAME=VALUE)")
     lines += curves.notes
     return "\n".join(textwrap.fill(line, 150, subsequent_indent="    ") for line in lines)
@@ -289,7 +298,7 @@ def _plot_distribution(ax, dist: Distribution, channel: str, unit: str, max_leng
             ax.axvline(mean, color=color, ls=":", lw=1)
     ax.set_xlabel(f"{channel} ({unit})")
     ax.set_ylabel("rollouts (weighted)")
-    ax.set_title(f"--data: length distribution before and after shaping (dotted: weighted means); "
-                 f"the curve above uses the metadata of group {dist.group}", fontsize=8)
+    uses = f"; the curve above uses the metadata of group {dist.group}" if dist.metadata else ""
+    ax.set_title(f"--data: length distribution before and after shaping (dotted: weighted means){uses}", fontsize=8)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, borderaxespad=0)
     ax.grid(alpha=0.3)

@@ -131,7 +131,7 @@ def probe_inputs(shaper, channel: str, unit: str, max_length: float) -> tuple[di
     for name, kind in inputs.items():
         if name in split:
             plan[name] = ("x", split[name])
-            caption[name] = channel if split[name] == 1 else f"{channel} / {round(1 / split[name])}"
+            caption[name] = "the x axis" if split[name] == 1 else f"the x axis ({channel}) / {round(1 / split[name])}"
         elif kind == "bool" and name not in off:
             plan[name] = ("follow", None)
             caption[name] = "true on the correct curve, false on the wrong one"

@@ -61,7 +61,7 @@ def test_a_stateful_shaper_is_drawn_from_its_initial_state_whatever_the_data_pas
 
 def test_negated_flags_are_false_and_other_lengths_take_a_quarter_of_the_range(tmp_path):
     _, c = curves_of(tmp_path, "nemo_rl", "longest_total_penalty=0.1", max_length=2000)
-    assert c.inputs == {"reasoning": "reasoning", "answer": "500 tokens",
+    assert c.inputs == {"reasoning": "the x axis", "answer": "500 tokens",
                         "low_effort": "false (the spec only uses it negated: true switches shaping off)"}
     # the longest correct total loses 0.1: the probe is longest past the background's last correct
     # rollout (reasoning 1600 + answer 500) and shortest before it
@@ -113,7 +113,7 @@ def test_an_advantage_pipeline_is_labelled_advantage(tmp_path):
 def test_a_derived_channel_is_swept_through_its_inputs(tmp_path):
     s, c = curves_of(tmp_path, "nemo_rl", "pass_rate_length_penalty_weight=0.5", channel="total",
                      max_length=4000)
-    assert c.inputs["reasoning"] == "total / 2" and c.inputs["answer"] == "total / 2"
+    assert c.inputs["reasoning"] == "the x axis (total) / 2" and c.inputs["answer"] == "the x axis (total) / 2"
     # the probe at x = 4000 has reasoning = answer = 2000: shape that group directly and compare
     bg = np.linspace(0.2, 0.8, 7) * 4000
     correct = np.array([1.0] + [1.0 if k % 2 == 0 else 0.0 for k in range(7)])
@@ -156,3 +156,13 @@ def test_cli_plot_takes_meta(tmp_path, capsys, monkeypatch):
     assert main(["plot", "nemo_rl", "--out", str(out), "--meta", "nope=1"]) == 1
     assert "--meta 'nope': 'nemo_rl_length' declares no such metadata (it has profile_band, profiled)" \
         in capsys.readouterr().err
+
+
+def test_the_caption_names_the_params_given_and_asks_for_metadata_only_where_the_shaper_declares_some(tmp_path):
+    s, c = curves_of(tmp_path, "short_rl", "alpha=0.5", max_length=1000)
+    plan = build_plan(s, (), None, ["alpha=0.5"])
+    given = {k: v for stage in plan.base.values() for k, v in stage.items()}
+    text = caption(c, {}, None, given, declares_metadata=False)
+    assert "params (from --config and --set; the others at their defaults): alpha = 0.5" in text
+    assert "metadata" not in text and c.inputs["length"] == "the x axis"
+    assert "metadata: none (give it with --meta NAME=VALUE)" in caption(c, {}, None, {}, declares_metadata=True)
