@@ -33,7 +33,7 @@ def node_text(node: Node) -> str:
     if op in (Op.BIN, Op.CMP):
         return f"{_atom(a[0])} {node.attr} {_atom(a[1])}"
     if op in (Op.AND, Op.OR):
-        return f"{_atom(a[0])} {op} {_atom(a[1])}"
+        return f"{_atom(a[0])} {op.value} {_atom(a[1])}"
     if op is Op.COND:
         return f"{_atom(a[0])} ? {_atom(a[1])} : {_atom(a[2])}"
     if op in (Op.FALLBACK, Op.BANDFALLBACK):
@@ -54,7 +54,7 @@ def node_text(node: Node) -> str:
         return "{" + ", ".join(node_text(x) for x in a) + "}"
     if op is Op.BAND:
         return f"band({node_text(a[0])}, {node_text(a[1])})"
-    return f"{op}({', '.join(node_text(x) for x in a)})"
+    return f"{op.value}({', '.join(node_text(x) for x in a)})"
 
 
 def _atom(node: Node) -> str:
