@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import hashlib
+import inspect
 import importlib.metadata
 import importlib.util
 import os
@@ -34,10 +35,13 @@ import re
 import stat
 import sys
 import threading
+import types
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import files
 from ..ir.nodes import Node, ShaperIR, post_order
+from . import value_checks as value_checks_source
 from .lowering.names import ShapecInternalError, kernel_names
 
 FORMAT = 1  # of the key and the entries; a change makes every old entry unreachable
@@ -113,79 +117,137 @@ _LOCK = threading.RLock()
 _LOADED: dict[str, object] = {}  # key -> the compiled kernel, for every shaper of this process
 
 
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One generated module of the store: where it lives, what it is (for messages), how its
+    source is made on a miss and what is compiled from it once it is imported."""
+    folder: str  # under the cache root
+    file: str
+    what: str  # "shaper 'x' from f.shape", "the value checks"
+    advice: str  # what a user does meanwhile when numba cannot compile it
+    source: Callable[[], str]
+    compile: Callable[[types.ModuleType], object]
+
+
 def kernel(ir: ShaperIR, parallel: bool, facts: tuple, specialized: ShaperIR | None) -> object:
     """The compiled kernel of `ir` for `facts` (lowered from `specialized`, its IR with the facts
-    folded in; None for the general kernel). A cache folder that cannot be written moves the
-    process to a private one (files.move_cache) and the kernel is built there."""
+    folded in; None for the general kernel)."""
     key = kernel_key(ir, parallel, facts)
     with _LOCK:
-        if key in _LOADED:
-            return _LOADED[key]
-        while True:
-            try:
-                folder = files.private_folder(files.cache_root() / "kernels")
-                files.private_folder(folder / "__pycache__")  # numba's index and Python's bytecode
-                fn = _load(module_path(folder, ir, key), ir, parallel, specialized)
-                break
-            except files.CacheError:
-                raise
-            except OSError as err:
-                files.move_cache(err)  # raises CacheError when already on the private folder
-        _LOADED[key] = fn
+        if key not in _LOADED:
+            _LOADED[key] = stored(Entry("kernels", module_path(Path(), ir, key).name,
+                                        f"shaper {ir.name!r} from {ir.filename or '<string>'}",
+                                        "Use backend='interpreter' meanwhile. ",
+                                        lambda: _lowered(ir, parallel, specialized), _compiler(ir)))
+        return _LOADED[key]
+
+
+def value_checks() -> types.SimpleNamespace:
+    """The batch layer's value checks (value_checks.py) as machine code: one module for this shapec
+    and this machine, made once, like a kernel."""
+    key = _checks_key()
+
+    def compile_all(module: types.ModuleType) -> types.SimpleNamespace:
+        for name, signature in value_checks_source.SIGNATURES.items():
+            getattr(module, name).compile(signature)
+        return types.SimpleNamespace(**{name: getattr(module, name) for name in value_checks_source.SIGNATURES})
+
+    with _LOCK:
+        if key not in _LOADED:
+            _LOADED[key] = stored(Entry("checks", f"value_checks_{key[:32]}.py", "the value checks",
+                                        "", _checks_source, compile_all))
+        return _LOADED[key]
+
+
+@functools.cache
+def _checks_key() -> str:
+    return hashlib.sha256(f"{FORMAT}\0value checks\0{shapec_identity()}\0{host_identity()}".encode()).hexdigest()
+
+
+def _lowered(ir: ShaperIR, parallel: bool, specialized: ShaperIR | None) -> str:
+    from .lowering.module import emit_python  # only on a miss: a warm process never imports the lowering
+
+    STATS["lowered"] += 1
+    return emit_python(ir, parallel, specialized)
+
+
+def _compiler(ir: ShaperIR) -> Callable[[types.ModuleType], object]:
+    def compile_kernel(module: types.ModuleType) -> object:
+        STATS["imported"] += 1
+        entry, signature = kernel_names(ir)
+        fn = getattr(module, entry)
+        fn.compile(getattr(module, signature))  # from numba's cache, or compiled into it
         return fn
+    return compile_kernel
 
 
-def _load(path: Path, ir: ShaperIR, parallel: bool, specialized: ShaperIR | None):
+def _checks_source() -> str:
+    """value_checks.py's functions under `@njit`, with the imports they use."""
+    parts = ["import math\n\nimport numpy as np\nfrom numba import njit\n"]
+    for name in value_checks_source.SIGNATURES:
+        parts.append("@njit(cache=True, nogil=True)\n" + inspect.getsource(getattr(value_checks_source, name)))
+    return "\n\n".join(parts)
+
+
+def stored(entry: Entry) -> object:
+    """What `entry.compile` makes of the entry's module, from the cache or built into it. A cache
+    folder that cannot be written moves the process to a private one (files.move_cache) and the
+    module is built there."""
+    while True:
+        try:
+            folder = files.private_folder(files.cache_root() / entry.folder)
+            files.private_folder(folder / "__pycache__")  # numba's index and Python's bytecode
+            return _load(folder / entry.file, entry)
+        except files.CacheError:
+            raise
+        except OSError as err:
+            files.move_cache(err)  # raises CacheError when already on the private folder
+
+
+def _load(path: Path, entry: Entry):
     failed = files.read_private(failed_path(path))
     if failed is not None:
         raise ShapecInternalError(
-            f"internal error: numba could not compile shaper {ir.name!r} from {ir.filename or '<string>'} in an "
-            f"earlier run (remembered in {failed_path(path)}; delete it to try again); this is a shapec bug, "
-            f"please report it. Use backend='interpreter' meanwhile. Cause: {failed.decode(errors='replace')}")
+            f"internal error: numba could not compile {entry.what} in an earlier run (remembered in "
+            f"{failed_path(path)}; delete it to try again); this is a shapec bug, please report it. "
+            f"{entry.advice}Cause: {failed.decode(errors='replace')}")
     try:
-        return _import_kernel(path, ir, parallel, specialized)
+        return _import(path, entry)
     except ShapecInternalError:
         purge(path)  # damaged, edited, or numba's index unreadable: build it once more
     try:
-        return _import_kernel(path, ir, parallel, specialized)
+        return _import(path, entry)
     except ShapecInternalError as err:
         cause = err.__cause__ or err
         files.write_atomic(failed_path(path), f"{type(cause).__name__}: {cause}".encode())
         raise
 
 
-def _import_kernel(path: Path, ir: ShaperIR, parallel: bool, specialized: ShaperIR | None):
+def _import(path: Path, entry: Entry):
     _drop_untrusted(path)
     body = files.read_private(path)
     if body is None or not intact(body):
-        from .lowering.module import emit_python  # only on a miss: a warm process never imports the lowering
-
-        source = emit_python(ir, parallel, specialized)
-        STATS["lowered"] += 1
+        source = entry.source()
         # a new entry is linked into place, so a process that wrote the same module first keeps its
         # file (and numba's index of it, which records the file's time); a bad one is replaced
         files.write_atomic(path, (header(source) + source).encode(), replace=path.exists())
-    name = f"shapec_kernels_{path.stem}"
-    entry, signature = kernel_names(ir)
+    name = f"shapec_{path.parent.name}_{path.stem}"
     try:
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # numba's cache finds a kernel's module by name when it loads it
+        sys.modules[name] = module  # numba's cache finds a function's module by name when it loads it
         spec.loader.exec_module(module)
-        STATS["imported"] += 1
-        fn = getattr(module, entry)
-        fn.compile(getattr(module, signature))  # from numba's cache, or compiled into it
+        compiled = entry.compile(module)
     except BaseException as err:
         sys.modules.pop(name, None)
         if isinstance(err, (OSError, KeyboardInterrupt, SystemExit)):
             raise
         # numba typing or lowering, a damaged index: a shapec bug unless a rebuild mends it
         raise ShapecInternalError(
-            f"internal error: numba could not compile shaper {ir.name!r} from {ir.filename or '<string>'} "
-            f"(generated module {path}); this is a shapec bug, please report it. Use backend='interpreter' "
-            f"meanwhile. Cause: {type(err).__name__}: {err}") from err
+            f"internal error: numba could not compile {entry.what} (generated module {path}); this is a shapec "
+            f"bug, please report it. {entry.advice}Cause: {type(err).__name__}: {err}") from err
     _make_private(path)
-    return fn
+    return compiled
 
 
 def header(body: str) -> str:

@@ -4,11 +4,11 @@ makes them from whatever a caller passes.
 A `Binder` is planned once per compiled shaper (the inputs and metadata it reads, with their
 types) and turns each call's arguments into a Batch in two steps. First every argument is put in
 its array form (a list, a tensor, rows of dicts, another dtype), and a form that cannot be one
-is named at once. Then every value is checked, all arrays together: one numpy pass each for
-finiteness, signs, whole numbers and bands over the call's arrays joined end to end, so a small
-call costs a handful of numpy calls, not a handful per array. Only when a pass finds a bad value
-do the validators of `validate.py` run, array by array in argument order, and the first raises
-the error that names the field, the group or row and what was expected. A bad value anywhere
+is named at once. Then every value is checked, array by array in argument order, by one compiled
+pass each (compiler/value_checks.py: finiteness, signs, whole numbers, bands, offsets), so a
+small call costs microseconds, not a numpy reduction per property. Only when a pass finds a bad
+value do the validators of `validate.py` look again, and raise the error that names the field,
+the group or row and what was expected. A bad value anywhere
 fails the whole call (nothing is shaped), so it can never change another group's rewards.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ..compiler import store
 from ..ir.nodes import UNITS, MetaSpec, ShaperIR
 from .validate import (BatchError, as_array, band, band_table, check_offsets, exact, finite, group_size_offsets,
                        integers, numeric, show)
@@ -62,7 +63,12 @@ def make_offsets(n: int, group_size: Any, offsets: Any, allow_short_last_group: 
         raise BatchError("give exactly one of group_size= or offsets=")
     if group_size is not None:
         return group_size_offsets(n, group_size, allow_short_last_group)
-    return check_offsets("offsets", integers("offsets", offsets), n)
+    return _offsets("offsets", integers("offsets", offsets), n)
+
+
+def _offsets(name: str, off: np.ndarray, total: int, what: str = "rewards") -> np.ndarray:
+    """Offsets that slice `total` values, by the compiled check; check_offsets words what is wrong."""
+    return off if store.value_checks().clean_offsets(off, total) else check_offsets(name, off, total, what)
 
 
 def _mapping(name: str, value: Any) -> Mapping:
@@ -78,16 +84,10 @@ def _hint(key: Any, options) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def as_flags(arr: np.ndarray) -> np.ndarray:
-    """A bool column as the kernels read it: any non-zero number is true (1), NaN stays missing.
-    One rule for inputs, metadata and list items, so 0.5 is true wherever a bool is read."""
-    return np.where(np.isnan(arr), math.nan, (arr != 0).astype(np.float64))
-
-
 def checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np.ndarray:
     """One array's values, on its own: finite (NaN allowed where it means missing), >= 0 for a unit,
-    whole for an int, and a bool as 0/1 (as_flags). The validator `Checks` falls back on to word
-    an error; a BatchError names the array and the first bad index."""
+    whole for an int, and a bool as 0/1 flags (NaN stays missing). The validator `Checks` falls
+    back on to word an error; a BatchError names the array and the first bad index."""
     sign = typ if typ in NONNEG else None
     if allow_nan:
         finite(name, np.where(np.isnan(arr), 0.0, arr), sign)
@@ -98,110 +98,49 @@ def checked(name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> np
         if frac.any():
             i = int(np.flatnonzero(frac)[0])
             raise BatchError(f"{name}: index {i}: expected an integer, got {arr[i]!r}")
-    return as_flags(arr) if typ == "bool" else arr
+    return store.value_checks().as_flags(arr) if typ == "bool" else arr
 
 
 class Checks:
-    """The value checks of one call's arrays, run together (see the module's docstring). `add`
-    queues an array and returns its slot; `run` checks them all and returns each as the kernels
-    read it (a bool as 0/1 flags), in slot order; `add_bands` and `run_bands` do the same for band
-    tables. Each array is read once or twice by a numpy reduction, which allocates nothing."""
+    """The value checks of one call's arrays (see the module's docstring). `add` queues an array
+    and returns its slot; `run` checks them all and returns each as the kernels read it (a bool as
+    0/1 flags), in slot order; `add_bands` and `run_bands` do the same for band tables. Each array
+    is read once by a compiled check (compiler/value_checks.py), which allocates nothing."""
 
-    def __init__(self):
+    def __init__(self, compiled=None):
+        self.compiled = compiled or store.value_checks()
         self.items: list[tuple[str, np.ndarray, str, bool]] = []
         self.tables: list[tuple[str, np.ndarray]] = []
 
     def add(self, name: str, arr: np.ndarray, typ: str, allow_nan: bool = False) -> int:
+        """A fresh C-contiguous float64 array (validate.numeric makes them)."""
         self.items.append((name, arr, typ, allow_nan))
         return len(self.items) - 1
 
     def add_bands(self, name: str, table: np.ndarray) -> int:
-        """A (G, 3) or (G, 4) numeric band table; `run_bands` returns it as (G, 4) rows (a, b, f, present)."""
+        """A C-contiguous float64 (G, 3) or (G, 4) band table; `run_bands` returns it as (G, 4)
+        rows (a, b, f, present)."""
         self.tables.append((name, table))
         return len(self.tables) - 1
 
     def run(self) -> list[np.ndarray]:
-        with np.errstate(all="ignore"):  # a sum of valid values may overflow: it only sends them to `checked`
-            valid = all(_valid(arr, typ, allow_nan) for _, arr, typ, allow_nan in self.items)
-        if not valid:
-            for name, arr, typ, allow_nan in self.items:  # the first bad one raises, naming itself
+        """In slot order, so the first bad array raises, naming itself (`checked` words it)."""
+        compiled = self.compiled
+        values = []
+        for name, arr, typ, allow_nan in self.items:
+            if not compiled.clean_values(arr, typ in NONNEG, allow_nan, typ == "int"):
                 checked(name, arr, typ, allow_nan)
-        return [(as_flags(arr) if allow_nan else (arr != 0).astype(np.float64)) if typ == "bool" else arr
-                for _, arr, typ, allow_nan in self.items]
+            values.append(compiled.as_flags(arr) if typ == "bool" else arr)
+        return values
 
     def run_bands(self) -> list[np.ndarray]:
-        """Every queued band table as (G, 4) rows, the valid ones from one pass over all of them;
-        when a row is bad, band_table checks each table alone and names the first bad one."""
-        if not self.tables:
-            return []
-        widths = {t.shape[1] for _, t in self.tables}
-        with np.errstate(all="ignore"):  # inf - inf in a bad row: worded below
-            parts = {width: _band_rows(self.tables, width) for width in widths}
-        if any(part is None for part in parts.values()):
-            return self._worded()
-        rows = parts.popitem()[1] if len(widths) == 1 else self._merged(parts)
-        views, at = [], 0
-        for _, t in self.tables:
-            views.append(rows[at:at + len(t)])
-            at += len(t)
-        return views
-
-    def _merged(self, parts: dict[int, np.ndarray]) -> np.ndarray:
-        """Rows of tables of both widths, back in the order the tables were queued."""
-        rows = np.empty((sum(len(t) for _, t in self.tables), 4))
-        at, taken = 0, {3: 0, 4: 0}
-        for _, t in self.tables:
-            w = t.shape[1]
-            rows[at:at + len(t)] = parts[w][taken[w]:taken[w] + len(t)]
-            at += len(t)
-            taken[w] += len(t)
+        """Every queued band table as (G, 4) rows; band_table words the first bad row."""
+        compiled = self.compiled
+        rows = []
+        for name, table in self.tables:
+            out = np.empty((len(table), 4))
+            rows.append(out if compiled.band_rows(table, out) else band_table(name, table, len(table)))
         return rows
-
-    def _worded(self) -> list[np.ndarray]:
-        return [band_table(name, t, len(t)) for name, t in self.tables]  # the first bad table raises
-
-
-def _band_rows(tables: list[tuple[str, np.ndarray]], width: int) -> np.ndarray | None:
-    """The tables of this width, end to end, as (a, b, f, present) rows, or None when a row is bad.
-    Three columns: three NaNs are an absent row; four: the last column says which, 0 or 1, and an
-    absent row's numbers become NaN. A present row has finite a < b and 0 <= f <= 1. Column by
-    column: numpy reduces along a row of three slowly."""
-    part = [t for _, t in tables if t.shape[1] == width]
-    part = part[0] if len(part) == 1 else np.concatenate(part)
-    a, b, f = part[:, 0], part[:, 1], part[:, 2]
-    if width == 3:
-        absent = np.isnan(a) & np.isnan(b) & np.isnan(f)
-    else:
-        flags = part[:, 3]
-        if not ((flags == 0) | (flags == 1)).all():
-            return None
-        absent = flags == 0
-    width_ = b - a
-    if not (absent | ((width_ > 0) & (width_ < math.inf) & (f >= 0) & (f <= 1))).all():
-        return None
-    rows = np.empty((len(part), 4))
-    rows[:, :3] = part[:, :3]
-    rows[:, 3] = ~absent
-    if width == 4:
-        rows[absent, :3] = math.nan
-    return rows
-
-
-def _valid(arr: np.ndarray, typ: str, allow_nan: bool) -> bool:
-    """Whether the array certainly passes `checked` (False: look closer), from reductions alone:
-    NaN and infinities carry through a sum and a minimum, and fmin and fmax pass over NaN."""
-    if not len(arr):
-        return True
-    if typ in NONNEG:
-        lo = np.fmin.reduce(arr) if allow_nan else np.minimum.reduce(arr)
-        ok = lo >= 0 and np.fmax.reduce(arr) < math.inf  # all NaN: lo is NaN, so a closer look
-    elif allow_nan:
-        ok = -math.inf < np.fmin.reduce(arr) and np.fmax.reduce(arr) < math.inf
-    else:
-        ok = math.isfinite(np.add.reduce(arr))
-    if ok and typ == "int":
-        ok = bool(np.array_equal(arr, np.floor(arr), equal_nan=True))
-    return bool(ok)
 
 
 class Binder:
@@ -210,15 +149,22 @@ class Binder:
     def __init__(self, inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]):
         self.inputs = inputs
         self.input_names = [name for name, _ in inputs]
+        self.input_labels = [(name, typ, f"channels[{name!r}]") for name, typ in inputs]
         self.metas = metas
         self.meta_names = [m.name for m in metas]
         self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
+        self._checks = None  # the compiled value checks, from the store on the first call
+
+    def _compiled(self):
+        if self._checks is None:
+            self._checks = store.value_checks()
+        return self._checks
 
     def bind(self, rewards: Any, *, group_size: int | None = None, offsets: Any = None,
              channels: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
              reward_components: Any = None, allow_short_last_group: bool = False) -> Batch:
         """Validate a call's arrays (see the module's docstring) and make its Batch."""
-        checks = Checks()
+        checks = Checks(self._compiled())
         r = numeric("rewards", rewards)
         checks.add("rewards", r, "float")
         n = len(r)
@@ -256,12 +202,11 @@ class Binder:
     def _channels(self, checks: Checks, channels: Mapping, n: int) -> list[tuple[str, int]]:
         """Each input the shaper reads, from `channels`: n values of its type (a bool as 0/1)."""
         slots = []
-        for name, typ in self.inputs:
+        for name, typ, label in self.input_labels:
             if name not in channels:
                 extra = [k for k in channels if k not in self.input_names]
                 unknown = "".join(f"; got unknown channel {k!r}{_hint(k, self.input_names)}" for k in extra)
                 raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout){unknown}")
-            label = f"channels[{name!r}]"
             slots.append((name, checks.add(label, numeric(label, channels[name], n), typ)))
         return slots
 
@@ -459,7 +404,7 @@ def _load_flat_list(batch: Batch, checks: Checks, spec: MetaSpec, name: str, val
     for f in fields[1:]:
         if len(columns[f]) != total:
             raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(columns[f])}")
-    off = check_offsets(f"{name}.offsets", off, total, f"{fields[0]!r} items")
+    off = _offsets(f"{name}.offsets", off, total, f"{fields[0]!r} items")
     slots = {f: checks.add(f"{name}.{f}", columns[f], t) for f, t in spec.fields}
 
     def fill(values, tables):

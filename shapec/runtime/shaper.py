@@ -363,8 +363,8 @@ class CompiledShaper:
             current = batch.rewards
             result = Result(current, batch.offsets)
             for i, (ir, _) in enumerate(self.stages):
-                stage_batch = Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands, batch.lists,
-                                    batch.components, batch.env_rewards)
+                stage_batch = batch if i == 0 else Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands,
+                                                         batch.lists, batch.components, batch.env_rewards)
                 out = self._run(i, ir, stage_batch, bound, training, breakdown)
                 if training:
                     self._state[ir.name] = dict(out.state)

@@ -180,6 +180,8 @@ def test_a_damaged_numba_index_is_purged_and_rebuilt_in_the_same_call(kernels, d
 BROKEN_NUMBA = """
     import numba
     from numba.core.errors import TypingError
+    from shapec.compiler import store
+    store.value_checks()  # the batch layer's checks compile; the kernel will not
     def broken(*args, **kwargs):
         raise TypingError("Cannot unify float64 and array(float64, 1d, C)")
     numba.njit = broken
@@ -203,6 +205,7 @@ def test_numba_failure_is_an_internal_error_naming_spec_and_shaper(kernels, monk
     def broken(*args, **kwargs):
         raise TypingError("Cannot unify float64 and array(float64, 1d, C)")
 
+    store.value_checks()  # the batch layer's checks compile; the kernel will not
     monkeypatch.setattr(numba, "njit", broken)
     with pytest.raises(ShapecInternalError) as err:
         shapec.compile_str(SPEC, "specs/halve.shape", backend="numba").halve([1.0], group_size=1)
