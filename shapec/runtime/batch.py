@@ -72,6 +72,8 @@ def _offsets(name: str, off: np.ndarray, total: int, what: str = "rewards") -> n
 
 
 def _mapping(name: str, value: Any) -> Mapping:
+    if type(value) is dict:  # the common case, before the slower ABC check
+        return value
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -180,7 +182,8 @@ class Binder:
         comps = None
         if reward_components is not None:
             comps = checks.add("reward_components", numeric("reward_components", reward_components, n), "components")
-        batch = Batch(r, off, absent=tuple(name for name in self.meta_names if name not in metadata))
+        absent = () if len(metadata) == len(self.meta_names) else tuple(m for m in self.meta_names if m not in metadata)
+        batch = Batch(r, off, absent=absent)  # every key of metadata is a declared name (above)
         later = [_load_meta(batch, checks, spec, metadata.get(spec.name), G) for spec in self.metas]
         values = checks.run()
         tables = checks.run_bands()
