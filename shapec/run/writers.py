@@ -27,8 +27,10 @@ def rejects_path(out: Path) -> Path:
 
 
 def output_columns(result) -> dict[str, np.ndarray]:
-    cols = {f"term.{k}": v for k, v in result.terms.items()}
-    cols.update({f"factor.{k}": v for k, v in result.factors.items()})
+    """The breakdown columns. A term of `-coeff * x` on x = 0 is -0.0, which a reader takes for a
+    penalty that applied: written as 0 (adding +0.0 changes no other value)."""
+    cols = {f"term.{k}": v + 0.0 for k, v in result.terms.items()}
+    cols.update({f"factor.{k}": v + 0.0 for k, v in result.factors.items()})
     return cols
 
 

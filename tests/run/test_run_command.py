@@ -298,3 +298,16 @@ def test_without_breakdown_run_writes_the_same_rewards_and_no_term_columns(tmp_p
     assert [r["reward"] for r in lean_rows] == [r["reward"] for r in full_rows]
     assert not any(k.startswith(("term.", "factor.")) for r in lean_rows for k in r)
     assert any(k.startswith("term.") for k in full_rows[0])
+
+
+def test_breakdown_columns_never_hold_a_negative_zero(tmp_path):
+    """`-0.5 * float(n)` on n = 0 is -0.0 in the kernel, which reads as a penalty that applied;
+    the file says 0."""
+    spec = tmp_path / "s.shape"
+    spec.write_text("shaper s() {\n  input n: int\n  term t = -0.5 * float(n)\n}\n")
+    data, out = tmp_path / "d.jsonl", tmp_path / "out.jsonl"
+    data.write_text("".join(json.dumps({"prompt_id": "p", "reward": 1.0, "n": n}) + "\n" for n in (0, 2)))
+    proc = cli("run", spec, "--data", data, "--out", out, "--breakdown")
+    assert proc.returncode == 0, proc.stderr
+    assert [r["term.t"] for r in read_rows(out)] == [0.0, -1.0]
+    assert math.copysign(1.0, read_rows(out)[0]["term.t"]) == 1.0
