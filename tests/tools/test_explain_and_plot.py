@@ -139,3 +139,12 @@ def test_explain_unknown_group_names_the_closest_ids():
     assert proc.returncode == 1
     assert proc.stderr.startswith(f"shapec: error: no group 'gsm8k-042' in {EXAMPLES / 'rollouts.jsonl'}; "
                                   "closest: 'gsm8k-0042'")
+
+
+def test_explain_keeps_every_line_within_the_width_asked_for():
+    for width in (60, 140):
+        proc = cli("explain", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--config",
+                   EXAMPLES / "nemo_rl_config.yaml", "--limit", 6, "--width", width)
+        assert proc.returncode == 0, proc.stderr
+        lines = proc.stdout.splitlines()
+        assert len(lines) > 50 and max(map(len, lines)) == width
