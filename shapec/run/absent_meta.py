@@ -32,7 +32,7 @@ class MetaFields:
         self.unseen = {field: name for name in self.specs for field in layout.meta_fields(name)}
         inputs = [name for ir in stage_irs(shaper) for name, _ in ir.inputs]
         # fields the run reads for something else are no misspelling of a metadata field
-        self.read = {*self.unseen, "reward", *inputs, group_key, layout.agent_key}
+        self.read = {*self.unseen, "reward", *map(layout.field_of, inputs), group_key, layout.agent_key}
         self.names: list[str] | None = None  # the other fields of the first readable chunk, for hints
 
     def see(self, chunk: Chunk) -> None:

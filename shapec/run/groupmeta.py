@@ -212,11 +212,12 @@ def columns(arr, spec) -> dict | np.ndarray | None:
     return out
 
 
-def arrow_meta(block: ArrowBlock, starts: np.ndarray, spec) -> GroupMeta:
-    """One metadata column of a Parquet chunk, read from each group's first row."""
+def arrow_meta(block: ArrowBlock, starts: np.ndarray, spec, field: str) -> GroupMeta:
+    """One metadata column of a Parquet chunk, read from `field` of each group's first row."""
     pa, _ = _pa()
     G = len(starts)
-    if spec.name not in block.table.column_names:
+    found = block.array(field)
+    if found is None:
         return GroupMeta(spec.kind, [None] * G, columns(pa.nulls(G), spec))
-    firsts = block.array(spec.name).take(pa.array(starts, pa.int64()))
+    firsts = found.take(pa.array(starts, pa.int64()))
     return GroupMeta(spec.kind, lambda: [struct_fields(v) for v in firsts.to_pylist()], columns(firsts, spec))

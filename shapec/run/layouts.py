@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import MAX_EXACT_INT, UNITS
+from .fieldmap import Source
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
-from .grouping import Chunk, absent_fields
-from .readers import MISSING, ArrowBlock, BadLine, RowError, get_path, is_list_type, got as _got
+from .grouping import Chunk, absent_fields, closest
+from .readers import MISSING, ArrowBlock, BadLine, RowError, field_value, get_path, is_list_type, got as _got
+from .spec import ToolError
 
 
 @dataclass
@@ -76,14 +78,15 @@ def _numbers(values: list, field_name: str, kind: str, base: int, errors: dict) 
     return out
 
 
-def _arrow_numbers(table, name: str, kind: str, base: int, errors: dict) -> np.ndarray:
-    """The same checks as _numbers, vectorised over an Arrow column."""
+def _arrow_numbers(block: ArrowBlock, name: str, kind: str, base: int, errors: dict) -> np.ndarray:
+    """The same checks as _numbers, vectorised over an Arrow column (or the struct field a dotted
+    name reaches)."""
     import pyarrow as pa
 
-    n = table.num_rows
-    if name not in table.column_names:
+    n = len(block)
+    col = block.array(name)
+    if col is None:
         return _numbers([MISSING] * n, name, kind, base, errors)
-    col = table.column(name)
     numeric = pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or (
         kind == "bool" and pa.types.is_boolean(col.type))
     if not numeric:
@@ -110,9 +113,24 @@ def _arrow_numbers(table, name: str, kind: str, base: int, errors: dict) -> np.n
 class FlatLayout:
     name = "flat"
 
-    def __init__(self, agent_key: str | None = None):
+    def __init__(self, agent_key: str | None = None, fields: dict[str, Source] | None = None):
+        """`fields`: where an input or metadata value is read from when not from the field of its
+        own name (run/fieldmap.py)."""
         self.agent_key = agent_key
+        self.fields = fields or {}
         self.fields_seen = False
+
+    def source(self, name: str) -> Source:
+        return self.fields.get(name) or Source(name)
+
+    def field_of(self, name: str) -> str:
+        """The row field input or metadata `name` is read from."""
+        return self.source(name).path
+
+    def _what(self, name: str, typ: str) -> str:
+        source = self.fields.get(name)
+        mapped = f", read as {source.describe()!r} by --map" if source else ""
+        return f"input {name!r} (`input {name}: {typ}`{mapped})"
 
     def check_fields(self, chunk: Chunk, inputs) -> None:
         """The reward and each input of the spec read the field of their own name: one that no row of
@@ -121,15 +139,30 @@ class FlatLayout:
         if self.fields_seen or not block.readable():
             return
         self.fields_seen = True
-        missing = [(name, "reward" if name == "reward" else f"input {name!r} (`input {name}: {typ}`)")
-                   for name, typ in [("reward", "reward"), *inputs] if not block.has_field(name)]
-        if missing:
-            raise absent_fields(block.field_names(), missing, f"the first {chunk.base + len(block)}")
+        missing = [(self.field_of(name), "reward" if name == "reward" else self._what(name, typ))
+                   for name, typ in [("reward", "reward"), *inputs] if not block.has_field(self.field_of(name))]
+        if not missing:
+            return
+        names = block.field_names()
+        message = str(absent_fields(names, missing, f"the first {chunk.base + len(block)}"))
+        unmapped = [(name, typ) for name, typ in inputs if name not in self.fields
+                    and any(field == name for field, _ in missing)]
+        if unmapped:  # how to read it from the field the rows have, the closest one if there is one
+            name, typ = unmapped[0]
+            field = closest(name, names) or "FIELD"
+            derived = f", or derive a bool: --map {name}='reward > 0'" if typ == "bool" else ""
+            message += f"\nto read an input from a field of another name: --map {name}={field}{derived}"
+        raise ToolError(message)
 
-    @staticmethod
-    def meta_fields(name: str) -> tuple[str, ...]:
+    def meta_fields(self, name: str) -> tuple[str, ...]:
         """The row fields metadata `name` is read from."""
-        return (name,)
+        return (self.field_of(name),)
+
+    def _channel(self, values_of, name: str, typ: str, base: int, errors: dict) -> np.ndarray:
+        """Input `name` of every row: its field's values checked as its type, or a bool derived by
+        comparing a field's numbers (any finite number there)."""
+        source = self.source(name)
+        return source.derive(values_of(source.path, "reward" if source.op else typ, base, errors))
 
     def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
         self.check_fields(chunk, inputs)
@@ -137,12 +170,12 @@ class FlatLayout:
         block = chunk.block
         starts = chunk.offsets[:-1]
         if isinstance(block, ArrowBlock):
-            table = block.table
-            rewards = _arrow_numbers(table, "reward", "reward", chunk.base, errors)
-            channels = {name: _arrow_numbers(table, name, typ, chunk.base, errors) for name, typ in inputs}
-            metadata = {m.name: arrow_meta(block, starts, m) for m in metas}
+            rewards = _arrow_numbers(block, "reward", "reward", chunk.base, errors)
+            read = functools.partial(_arrow_numbers, block)
+            channels = {name: self._channel(read, name, typ, chunk.base, errors) for name, typ in inputs}
+            metadata = {m.name: arrow_meta(block, starts, m, self.field_of(m.name)) for m in metas}
             comps = None
-            if "reward_components" in table.column_names:
+            if "reward_components" in block.table.column_names:
                 comps = _arrow_components(block)
             agents = block.keys_at(self.agent_key, starts) if self.agent_key and len(block) else None
             agents = _agent_names(agents, self.agent_key, starts, chunk.base, errors)
@@ -151,10 +184,13 @@ class FlatLayout:
                 if isinstance(r, BadLine):
                     errors[i] = RowError(chunk.base + i + 1, r.field, r.error)
             rewards = _numbers(block.column("reward"), "reward", "reward", chunk.base, errors)
-            channels = {name: _numbers(block.column(name), name, typ, chunk.base, errors) for name, typ in inputs}
+
+            def read(path: str, kind: str, base: int, errs: dict) -> np.ndarray:
+                return _numbers(block.column(path), path, kind, base, errs)
+            channels = {name: self._channel(read, name, typ, chunk.base, errors) for name, typ in inputs}
             firsts = block.first_rows(starts)
-            metadata = {m.name: GroupMeta(m.kind, [_none(r.get(m.name) if isinstance(r, dict) else None)
-                                                   for r in firsts]) for m in metas}
+            metadata = {m.name: GroupMeta(m.kind, [_none(field_value(r, self.field_of(m.name))) for r in firsts])
+                        for m in metas}
             comps = None
             if any(isinstance(r, dict) and "reward_components" in r for r in block.rows):
                 comps = np.array([_component_count(r.get("reward_components") if isinstance(r, dict) else None)
@@ -296,6 +332,10 @@ class NemoGymLayout:
         agents = [get_path(r, self.agent_key) for r in firsts] if self.agent_key else None
         agents = _agent_names(agents, self.agent_key, starts, chunk.base, errors)
         return Extracted(rewards, channels, metadata, comps if comps.any() else None, agents, errors)
+
+    @staticmethod
+    def field_of(name: str) -> str:
+        return name
 
     @staticmethod
     def meta_fields(name: str) -> tuple[str, ...]:

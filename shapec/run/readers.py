@@ -65,6 +65,16 @@ def got(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+def field_value(row: Any, name: str) -> Any:
+    """A row's field `name`: the key of that name, else the dotted path it spells (as ArrowBlock.array
+    reads a Parquet row); MISSING when there is neither, and for a line that is not an object."""
+    if not isinstance(row, dict):
+        return MISSING
+    if name in row:
+        return row[name]
+    return get_path(row, name) if "." in name else MISSING
+
+
 def get_path(row: Any, path: str) -> Any:
     """`a.b.c` in nested dicts; MISSING when any step is absent."""
     cur = row
@@ -106,7 +116,7 @@ class RowsBlock:
         return RowsBlock(self.rows + other.rows, self.from_arrow)
 
     def column(self, name: str) -> list:
-        return [r.get(name, MISSING) if isinstance(r, dict) else MISSING for r in self.rows]
+        return [field_value(r, name) for r in self.rows]
 
     def first_rows(self, starts) -> list:
         return [self.rows[s] for s in starts]

@@ -50,6 +50,19 @@ def field_path(option: str):
     return parse
 
 
+def map_entry(text: str) -> tuple[str, str]:
+    """An argparse type for --map NAME=FIELD."""
+    from ..run.fieldmap import MapError, map_entry as parse
+
+    try:
+        return parse(text)
+    except MapError as err:
+        raise UsageError(str(err)) from None
+
+
+map_entry.__name__ = "NAME=FIELD"
+
+
 def _spec_args(p: argparse.ArgumentParser, default_backend: str = "$SHAPEC_BACKEND or numba") -> None:
     p.add_argument("spec", help="a .shape file, or a stdlib module name such as nemo_rl")
     p.add_argument("--shaper", help="shaper or pipeline to use (default: the only one, or the only pipeline)")
@@ -73,6 +86,9 @@ def _data_args(p: argparse.ArgumentParser, required: bool) -> None:
                    help="nemo-gym: count lengths in characters or tokenizer tokens (default: the config's "
                         "length_type, else tokens with --tokenizer; characters reaching a tokens input need chars)")
     p.add_argument("--tokenizer", help="nemo-gym: Hugging Face tokenizer name or path, to count tokens")
+    p.add_argument("--map", dest="maps", action="append", default=[], metavar="NAME=FIELD", type=map_entry,
+                   help="read input or metadata NAME from FIELD (a dotted path allowed), or derive a bool input: "
+                        "--map correct='reward > 0'; repeatable, over the config's map: block")
     p.add_argument("--agent-by", metavar="PATH", type=field_path("--agent-by"),
                    help="where a row names its agent, for agent_overrides (default: agent_ref.name for "
                         "nemo-gym, agent for flat)")
@@ -213,10 +229,13 @@ def _layout_and_grouping(args, plan, allow_short_last: bool = True):
 
     agent_key = (args.agent_by or ("agent_ref.name" if args.layout == "nemo-gym" else "agent")) \
         if plan.uses_agents else None
+    fields = _field_map(args, plan)
     if args.layout == "nemo-gym":
+        if fields:
+            raise UsageError("--map reads flat rows; --layout nemo-gym reads each field where NeMo-Gym writes it")
         layout = _nemo_gym_layout(args, plan, agent_key)
     else:
-        layout = FlatLayout(agent_key)
+        layout = FlatLayout(agent_key, fields)
     if args.group_size is not None:
         grouping = Grouping(key=None, size=args.group_size, allow_short_last=allow_short_last,
                             source="--group-size")
@@ -227,6 +246,20 @@ def _layout_and_grouping(args, plan, allow_short_last: bool = True):
         grouping = Grouping(key=args.group_by or "prompt_id",
                             source="--group-by" if args.group_by else "the default --group-by")
     return layout, grouping
+
+
+def _field_map(args, plan) -> dict:
+    """The config's map: block, then each --map over it (run/fieldmap.py)."""
+    from ..run.fieldmap import MapError, read_map
+
+    try:
+        fields = read_map(plan.shaper, plan.field_map)
+    except MapError as err:
+        raise ToolError(str(err)) from None
+    try:
+        return {**fields, **read_map(plan.shaper, [(f"--map {name}={text}", name, text) for name, text in args.maps])}
+    except MapError as err:
+        raise UsageError(str(err)) from None
 
 
 def _nemo_gym_layout(args, plan, agent_key):
@@ -319,6 +352,8 @@ def cmd_plot(args) -> int:
         refuse_overwriting([(Path(args.out), "--out")], _reads(args, data))
         module, shaper, plan = _setup(args)
         refuse_overwriting([(Path(args.out), "--out")], _reads(args, data, module))
+        if args.maps and not data:
+            raise UsageError("--map names the fields of --data; give --data too")
         layout, grouping = _layout_and_grouping(args, plan) if data else (None, None)
         plot(shaper, plan, Path(args.out), channel=args.channel, max_length=args.max_length,
              data=data, layout=layout, grouping=grouping, metas=args.metas)

@@ -46,6 +46,7 @@ class ParamPlan:
     agents: dict[str, dict[str, dict[str, Any] | None]] = field(default_factory=dict)
     length_type: str | None = None
     group_size: int | None = None
+    field_map: list[tuple[str, str, Any]] = field(default_factory=list)  # the config's map: (where, name, field)
     _warned: set = field(default_factory=set)
 
     @property
@@ -225,8 +226,14 @@ def _load_config(plan: ParamPlan, path: Path, module_names, errors: list[str]) -
                 plan.base[key].update(value)
             elif key in module_names:
                 _check_other_block(path, key, value, module_names, errors)
+            elif key == "map":  # where inputs and metadata are read from (run/fieldmap.py)
+                read = True
+                if not isinstance(value, Mapping):
+                    raise ToolError(f"{printable(path)}: map: expected a mapping of input or metadata names to "
+                                    f"fields, got {type(value).__name__}")
+                plan.field_map = [(f"{printable(path)}: map.{printable(str(k))}", str(k), v) for k, v in value.items()]
             elif not nemo:  # the rest of a NeMo-RL config is not shapec's
-                valid = list(dict.fromkeys([*stages, *module_names, "grpo"]))
+                valid = list(dict.fromkeys([*stages, *module_names, "grpo", "map"]))
                 raise ToolError(f"{printable(path)}: unknown key {key!r}{_hint(key, valid, both=True)}")
         except ToolError as err:
             errors.append(str(err))

@@ -126,7 +126,7 @@ INVALID = {
 def _batches(shaper, table: pa.Table, starts: np.ndarray):
     """(arrow_meta per metadata, the batch from the rows, the batch from the columns or None)."""
     metas = {m.name: m for m in shaper.ir.metas}
-    gms = {name: arrow_meta(ArrowBlock(table), starts, spec) for name, spec in metas.items()}
+    gms = {name: arrow_meta(ArrowBlock(table), starts, spec, spec.name) for name, spec in metas.items()}
     n = table.num_rows
     off = np.append(starts, n)
 
@@ -188,7 +188,7 @@ CHECKED_AS_ROWS = {  # numbers go columnar even when bad: the shaper checks them
 @pytest.mark.parametrize("name", list(CHECKED_AS_ROWS))
 def test_bad_numbers_in_columns_give_the_error_the_rows_give(shaper, name):
     table = pa.table({"reward": np.ones(4), **CHECKED_AS_ROWS[name]})
-    gms = {m.name: arrow_meta(ArrowBlock(table), np.arange(4), m) for m in shaper.ir.metas}
+    gms = {m.name: arrow_meta(ArrowBlock(table), np.arange(4), m, m.name) for m in shaper.ir.metas}
     errors = []
     for metadata in ({k: gm.rows for k, gm in gms.items()}, {k: gm.take(None) for k, gm in gms.items()}):
         with pytest.raises(BatchError) as err:

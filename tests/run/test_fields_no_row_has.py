@@ -105,7 +105,8 @@ def test_every_input_no_row_has_is_reported_not_only_the_first(tmp_path):
     assert err == ("shapec: error: input 'reasoning' (`input reasoning: tokens`): no row of the first 1 has this "
                    "field; did you mean 'reasonin'?\n"
                    "input 'answer' (`input answer: tokens`): no row of the first 1 has this field; did you mean "
-                   "'ans'?\n")
+                   "'ans'?\n"
+                   "to read an input from a field of another name: --map reasoning=reasonin\n")
 
 
 def test_the_fields_listed_for_a_missing_field_say_how_many_more_there_are(tmp_path):
@@ -116,4 +117,5 @@ def test_the_fields_listed_for_a_missing_field_say_how_many_more_there_are(tmp_p
     rc, _, err = run(spec, "--data", data, "--out", tmp_path / "o.jsonl")
     assert rc == 1
     assert err == ("shapec: error: input 'length' (`input length: tokens`): no row of the first 1 has this field; "
-                   "the rows have prompt_id, reward, f00, f01, f02, f03, f04, f05, ... and 12 more\n")
+                   "the rows have prompt_id, reward, f00, f01, f02, f03, f04, f05, ... and 12 more\n"
+                   "to read an input from a field of another name: --map length=FIELD\n")

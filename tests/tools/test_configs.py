@@ -214,7 +214,7 @@ def test_every_error_of_a_config_is_reported_at_once_with_its_key_path(tmp_path)
     lines, path = _miles_plan_errors(
         tmp_path, "length_penalty:\n  coeff: -1\nlength_penalti: {}\ngrpo_advantage:\n  normalise_std: false\n")
     assert lines[0] == (f"{path}: unknown key 'length_penalti'; did you mean 'length_penalty'?; "
-                        f"valid keys: length_penalty, grpo_advantage, grpo")
+                        f"valid keys: length_penalty, grpo_advantage, grpo, map")
     assert lines[1].startswith(f"{path}: grpo_advantage.normalise_std: unknown param")
     assert lines[2].startswith(f"{path}: length_penalty: ") and "coeff" in lines[2] and "-1" in lines[2]
     assert len(lines) == 3
@@ -222,7 +222,7 @@ def test_every_error_of_a_config_is_reported_at_once_with_its_key_path(tmp_path)
 
 def test_an_unknown_top_level_key_lists_every_accepted_key(tmp_path):
     lines, path = _miles_plan_errors(tmp_path, "zzz: {}\n")
-    assert lines == [f"{path}: unknown key 'zzz'; valid keys: length_penalty, grpo_advantage, grpo"]
+    assert lines == [f"{path}: unknown key 'zzz'; valid keys: length_penalty, grpo_advantage, grpo, map"]
 
 
 def test_a_required_param_never_given_says_how_to_give_it(tmp_path):

@@ -85,7 +85,7 @@ def test_readme_main_job_leaves_git_status_clean(tmp_path):
     for name in (".gitignore", "README.md", "out/.gitignore"):  # the working tree's: uncommitted edits count
         shutil.copy(ROOT / name, clone / name)
     readme = (clone / "README.md").read_text()
-    (command,) = re.findall(r"^\$ (shapec run .*?[^\\])$", readme.replace("\\\n", ""), re.M)
+    command = re.findall(r"^\$ (shapec run .*?[^\\])$", readme.replace("\\\n", ""), re.M)[0]  # the first: the main job
     before = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True).stdout
     proc = subprocess.run(command, shell=True, cwd=clone, capture_output=True, text=True, env=ENV, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -127,5 +127,6 @@ def test_an_input_no_row_has_is_one_error_naming_the_fields_the_rows_have(tmp_pa
     fields = ("prompt_id, sample, reward, reasoning, answer, low_effort, profile_band, profile_band.total, "
               "... and 13 more" if suffix == ".jsonl" else "prompt_id, reward, length")
     assert err.endswith("error: input 'correct' (`input correct: bool`): no row of the first 48 has this field; "
-                        f"the rows have {fields}\n"), err
+                        f"the rows have {fields}\nto read an input from a field of another name: --map "
+                        "correct=FIELD, or derive a bool: --map correct='reward > 0'\n"), err
     assert not (tmp_path / "o.jsonl").exists()
