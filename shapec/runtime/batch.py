@@ -154,6 +154,7 @@ class Binder:
         self.input_labels = [(name, typ, f"channels[{name!r}]") for name, typ in inputs]
         self.metas = metas
         self.meta_names = [m.name for m in metas]
+        self.meta_plans = [MetaPlan.of(m) for m in metas]
         self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
         self._checks = None  # the compiled value checks, from the store on the first call
 
@@ -184,7 +185,7 @@ class Binder:
             comps = checks.add("reward_components", numeric("reward_components", reward_components, n), "components")
         absent = () if len(metadata) == len(self.meta_names) else tuple(m for m in self.meta_names if m not in metadata)
         batch = Batch(r, off, absent=absent)  # every key of metadata is a declared name (above)
-        later = [_load_meta(batch, checks, spec, metadata.get(spec.name), G) for spec in self.metas]
+        later = [_load_meta(batch, checks, plan, metadata.get(plan.spec.name), G) for plan in self.meta_plans]
         values = checks.run()
         tables = checks.run_bands()
         batch.inputs = {name: values[slot] for name, slot in slots}
@@ -271,20 +272,38 @@ def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | No
 
 
 # ------------------------------------------------------------------------- metadata
+@dataclass(frozen=True)
+class MetaPlan:
+    """A metadata declaration with the names its messages use, worked out once per binder."""
+
+    spec: MetaSpec
+    label: str  # metadata['pb']
+    names: list[str]  # its fields
+    fields: tuple[tuple[str, str, str, str], ...]  # (field, type, path 'pb.total', label "metadata['pb.total']")
+    expected: list[str]  # a flat list's keys: the offsets, then the fields
+
+    @classmethod
+    def of(cls, spec: MetaSpec) -> "MetaPlan":
+        label = f"metadata[{spec.name!r}]"
+        fields = tuple((f, t, f"{spec.name}.{f}", f"metadata[{spec.name + '.' + f!r}]") for f, t in spec.fields)
+        names = [f for f, _ in spec.fields]
+        return cls(spec, label, names, fields, ["offsets", *names])
+
+
 # Each loader puts one metadata value in array form now, queues its values on the checks, and
 # returns what fills the batch once they have passed: fill(values, band tables).
-def _load_meta(batch: Batch, checks: Checks, spec: MetaSpec, value: Any, G: int):
+def _load_meta(batch: Batch, checks: Checks, plan: MetaPlan, value: Any, G: int):
+    spec = plan.spec
     if spec.kind == "scalar":
-        return _load_field(batch, checks, spec.name, spec.type, value, G)
-    name = f"metadata[{spec.name!r}]"
+        return _load_field(batch, checks, spec.name, plan.label, spec.type, value, G)
     if spec.kind == "record":
-        return _load_record(batch, checks, spec, name, value, G)
-    return _load_list(batch, checks, spec, name, value, G)
+        return _load_record(batch, checks, plan, value, G)
+    return _load_list(batch, checks, plan, value, G)
 
 
-def _load_record(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: Any, G: int):
+def _load_record(batch: Batch, checks: Checks, plan: MetaPlan, value: Any, G: int):
     """A record: None, a mapping of field -> per-group column, or per-group rows (None or mappings)."""
-    fields = [f for f, _ in spec.fields]
+    name, fields = plan.label, plan.names
     rows = None
     if isinstance(value, Mapping):
         for key in value:
@@ -293,18 +312,17 @@ def _load_record(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value:
     elif value is not None:
         rows = [_row_mapping(name, g, row, fields) for g, row in enumerate(_rows(name, value, G))]
     fills = []
-    for fname, ftype in spec.fields:
-        path = f"{spec.name}.{fname}"
+    for fname, ftype, path, label in plan.fields:
         if rows is None:
-            col = value.get(fname) if isinstance(value, Mapping) else None
+            col = value.get(fname) if value is not None else None
         else:
             col = [row.get(fname) if row is not None else None for row in rows]
             if ftype == "band":  # a key left out is no band; a key set to null is a malformed one
                 for g, row in enumerate(rows):
                     if row is not None and fname in row and row[fname] is None:
-                        raise BatchError(f"metadata[{path!r}]: group {g}: null; a band key that is present "
+                        raise BatchError(f"{label}: group {g}: null; a band key that is present "
                                          f"must hold a band {{a, b, f}} (leave the key out for no band)")
-        fills.append(_load_field(batch, checks, path, ftype, col, G))
+        fills.append(_load_field(batch, checks, path, label, ftype, col, G))
 
     def fill(values, tables):
         for each in fills:
@@ -312,8 +330,7 @@ def _load_record(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value:
     return fill
 
 
-def _load_field(batch: Batch, checks: Checks, path: str, typ: str, value: Any, G: int):
-    name = f"metadata[{path!r}]"
+def _load_field(batch: Batch, checks: Checks, path: str, name: str, typ: str, value: Any, G: int):
     value = as_array(name, value)
     if typ == "band":
         return _band_column(batch, checks, path, name, value, G)
@@ -360,11 +377,11 @@ def no_bands(G: int) -> np.ndarray:
     return out
 
 
-def _load_list(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: Any, G: int):
+def _load_list(batch: Batch, checks: Checks, plan: MetaPlan, value: Any, G: int):
     """List metadata: per group a record of equal-length lists, or {"offsets": ..., field: values}."""
-    fields = [f for f, _ in spec.fields]
+    spec, name, fields = plan.spec, plan.label, plan.names
     if isinstance(value, Mapping):
-        return _load_flat_list(batch, checks, spec, name, value, G)
+        return _load_flat_list(batch, checks, plan, value, G)
     rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
                                              for g, row in enumerate(_rows(name, value, G))]
     lengths, cols = [], {f: [] for f in fields}
@@ -385,10 +402,9 @@ def _load_list(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: A
     return _nothing
 
 
-def _load_flat_list(batch: Batch, checks: Checks, spec: MetaSpec, name: str, value: Mapping, G: int):
+def _load_flat_list(batch: Batch, checks: Checks, plan: MetaPlan, value: Mapping, G: int):
     """{"offsets": (G+1,) integers, field: values, ...}: every field as long as the offsets say."""
-    fields = [f for f, _ in spec.fields]
-    expected = ["offsets", *fields]
+    spec, name, fields, expected = plan.spec, plan.label, plan.names, plan.expected
     for key in expected:
         if key not in value:
             raise BatchError(f"{name}: missing {key!r}; expected {{'offsets': ..., "
