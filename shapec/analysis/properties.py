@@ -28,6 +28,7 @@ class Goal:
     ensure: Ensure
     declared: bool
     outside: bool = False  # a declared clause without its `when`: which params break it
+    at_defaults: Ensure | None = None  # the declared clause held at the defaults, which its `when` excludes (W705)
 
     @property
     def prop(self) -> str:

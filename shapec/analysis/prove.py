@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type
+from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, post_order
 from ..syntax.source import Span
 from . import static
 from .properties import Goal, goals
@@ -81,7 +81,30 @@ def blame(ir: ShaperIR, goal: Goal, found: Found):
 
 
 def analyse(ir: ShaperIR, trials: int = TRIALS) -> list[Verdict]:
-    return [decide(ir, g, trials) for g in goals(ir)]
+    return [decide(ir, g, trials) for g in goals(ir) + outside_defaults(ir)]
+
+
+def outside_defaults(ir: ShaperIR) -> list[Goal]:
+    """Each declared clause whose `when` the defaults do not meet, as a goal held at the defaults: a
+    user who keeps them is promised nothing by it, and report.py warns (W705) where it breaks there.
+    A shaper with a required param has no defaults to hold."""
+    from ..ir.partial import ParamValues
+    from ..runtime.params import ParamError, resolve
+
+    try:
+        columns = resolve(ir, {}).columns(1)
+    except ParamError:
+        return []
+    values = ParamValues(ir, columns.get)
+    defaults = _arguments_hold(ir, {s.name: s.default for s in ir.params})
+    return [Goal(replace(e, when=defaults), False, True, at_defaults=e)
+            for e in ir.ensures if e.when is not None and values.always(e.when, 0.0)]
+
+
+def defaults_read(ir: ShaperIR, when: Node) -> dict:
+    """The params a `when` reads, at their defaults (what W705 names)."""
+    names = {n.attr[1] for n in post_order(when, lambda x: x.args, {}) if n.op is Op.REF and n.attr[0] == "param"}
+    return {s.name: s.default for s in ir.params if s.name in names}
 
 
 def analyse_stages(p: PipelineIR, trials: int = TRIALS, decided: tuple[ShaperIR, ...] = ()) -> list[Verdict]:

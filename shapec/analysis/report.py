@@ -11,7 +11,7 @@ from pathlib import Path
 from ..ir.nodes import Op, PipelineIR, ShaperIR
 from ..syntax.source import Diagnostic, Span
 from ..checker.codes import REFUTED_ERROR, REFUTED_WARNING
-from .prove import Verdict
+from .prove import Verdict, defaults_read
 
 TIME_EFFICIENCY_ADVICE = ("the time-efficiency document: \"the continuous term is divided by the group's reward "
                           "spread and can explode\"; clip the continuous stage's output before the advantage stage")
@@ -55,9 +55,11 @@ def rows(v: Verdict) -> list[dict]:
 
 
 def write_counterexample(v: Verdict, folder: Path) -> Path:
-    """`SHAPER.PROPERTY.jsonl` in folder, written to a temporary name and renamed on success."""
+    """`SHAPER.PROPERTY.jsonl` in folder (`SHAPER.PROPERTY.defaults.jsonl` for W705), written to a
+    temporary name and renamed on success."""
     folder.mkdir(parents=True, exist_ok=True)
-    dest = folder / f"{v.pipeline + '.' if v.pipeline else ''}{v.shaper.name}.{v.goal.prop}.jsonl"
+    tag = ".defaults" if v.goal.at_defaults else ""
+    dest = folder / f"{v.pipeline + '.' if v.pipeline else ''}{v.shaper.name}.{v.goal.prop}{tag}.jsonl"
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         for row in rows(v):
@@ -113,6 +115,8 @@ def _span_of(v: Verdict) -> Span:
         return v.at
     if v.goal.declared:
         return v.goal.ensure.span
+    if v.goal.at_defaults is not None:
+        return v.goal.at_defaults.span
     st = v.blame
     if st == "result" and v.shaper.result is not None:
         return v.shaper.result.span
@@ -139,6 +143,15 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
                 what = "the result" if st == "result" else f"{st.kind} {st.name}"
                 out.append(Diagnostic(code, f"{what} breaks it: without it the counterexample keeps the property",
                                       span, "note"))
+        elif v.status == "refuted" and v.goal.at_defaults is not None:
+            where = ""
+            if folder is not None and v.found.case.env_rewards is None:
+                path = write_counterexample(v, folder)
+                where = f"; replay: {replay_command(v, v.shaper.filename if v.pipeline else spec, path)}"
+            read = ", ".join(f"{k} = {_yaml(p)}" for k, p in defaults_read(v.shaper, v.goal.at_defaults.when).items())
+            out.append(Diagnostic("W705", f"{v.who}: {v.goal.title()} is declared under a `when` the defaults do "
+                                  f"not meet ({read}), and at the defaults it is refuted: {describe(v)}{where}",
+                                  _span_of(v), "warning"))
         elif v.status == "unknown" and v.goal.declared:
             s = v.stats
             out.append(Diagnostic("W704", f"{v.who}: {v.goal.title()} undecided: {v.how} "
@@ -150,8 +163,9 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
 def text(verdicts: list[Verdict]) -> str:
     lines = []
     for v in verdicts:
-        kind = "declared" if v.goal.declared else "without its `when`" if v.goal.outside else "not declared"
-        cond = " (under its `when` condition)" if v.goal.ensure.when is not None else ""
+        kind = ("declared" if v.goal.declared else "at the defaults, which its `when` excludes"
+                if v.goal.at_defaults is not None else "without its `when`" if v.goal.outside else "not declared")
+        cond = " (under its `when` condition)" if v.goal.ensure.when is not None and v.goal.at_defaults is None else ""
         if v.arguments:
             called = ", ".join(f"{k}={_yaml(a)}" for k, a in v.arguments.items())
             cond = f" (under its `when`, called with {called})" if cond else f" (called with {called})"

@@ -64,6 +64,7 @@ PROPERTY_CODES = {
     "W702": "all_wrong_unchanged does not hold (not declared)",
     "W703": "continuous rewards feed a std-normalised advantage stage without a clip",
     "W704": "declared property could not be decided",
+    "W705": "declared property does not hold at the defaults, which its `when` excludes",
 }
 REFUTED_ERROR = {"order_kept": "E703", "all_wrong_unchanged": "E704", "within": "E705",
                  "shorter_not_worse": "E706"}

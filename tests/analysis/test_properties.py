@@ -77,6 +77,9 @@ PROVE_CASES = [
                   head="shaper s(w: float >= 0 = 1) requires binary produces real {\n  input t: tokens\n"),
      "ensure shorter_not_worse", None,
      spec("ensure shorter_not_worse(t) on reward > 0", "factor p = 100 / max(100, float(t)) on reward > 0")),
+    ("W705", spec("ensure order_kept when w == 0", PENALTY, head=HEAD.replace("float = 1", "float >= 0 = 1")),
+     "ensure order_kept", None,
+     spec("ensure order_kept when w == 0", PENALTY, head=HEAD.replace("float = 1", "float >= 0 = 0"))),
 ]
 
 
@@ -220,3 +223,23 @@ def test_prove_says_when_a_file_has_nothing_to_prove(tmp_path, capsys):
     path.write_text('"""Only a docstring."""\n')
     assert cli.main(["check", "--prove", str(path)]) == 0
     assert capsys.readouterr().out.strip() == "1 file: no shaper or pipeline stage to prove"
+
+
+def test_a_when_the_defaults_do_not_meet_is_warned_with_a_counterexample_at_the_defaults(tmp_path):
+    bad = spec("ensure order_kept when w == 0", PENALTY, head=HEAD.replace("float = 1", "float >= 0 = 1"))
+    rc, diags, props = prove(tmp_path, bad)
+    (w705,) = diags
+    assert w705["message"].startswith("s: order_kept over binary is declared under a `when` the defaults do not "
+                                      "meet (w = 1), and at the defaults it is refuted: group of ")
+    assert "params defaults -> shaped" in w705["message"]
+    path = tmp_path / "cx" / "s.order_kept.defaults.jsonl"
+    assert f"--data {path}" in w705["message"] and path.is_file()
+    assert [p["declared"] for p in props if p["property"] == "order_kept over binary"] == [True, False, False]
+
+
+def test_a_when_false_at_the_defaults_where_the_property_holds_anyway_is_not_warned(tmp_path):
+    source = spec("ensure order_kept when w == 0", "term bonus = 0.1 * w on reward > 0",
+                  head=HEAD.replace("float = 1", "float >= 0 = 1"))
+    rc, diags, props = prove(tmp_path, source)
+    assert (rc, diags) == (0, [])
+    assert [p["status"] for p in props if p["property"] == "order_kept over binary"][-1] == "proved"
