@@ -95,8 +95,8 @@ def _expr(e: A.Expr) -> str:
         case A.Binary(operator=op, left=left, right=right):
             p = _BINARY_PREC[op]
             return f"{expr(left, p)} {op} {expr(right, p + 1)}"
-        case A.Cond(test=test, then=then, orelse=orelse):
-            return f"{expr(test, 2)} ? {expr(then, 1)} : {expr(orelse, 1)}"
+        case A.Cond(test=test, then=then, orelse=orelse):  # a conditional in the middle keeps its parentheses
+            return f"{expr(test, 2)} ? {expr(then, 2)} : {expr(orelse, 1)}"
         case A.BandLit(a=a, b=b, f=f):
             return "{" + f"{expr(a)}, {expr(b)}, {expr(f)}" + "}"
     raise TypeError(f"pretty: unknown expression node {type(e).__name__}")
@@ -133,39 +133,45 @@ def _chain(e: A.Expr):
     return p, ops[::-1], operands[::-1]
 
 
-def _pieces(e: A.Expr) -> tuple[str, list[str]] | None:
-    """Where a too-wide expression may break: its loosest chain of operators, or a chain of
-    conditionals (`a ? b : c ? d : e`). Returns the first piece and the continuation pieces."""
-    if isinstance(e, A.Cond):
-        first, rest, node = f"{expr(e.test, 2)} ? {expr(e.then, 1)}", [], e.orelse
-        while isinstance(node, A.Cond):
-            rest.append(f": {expr(node.test, 2)} ? {expr(node.then, 1)}")
-            node = node.orelse
-        return first, rest + [f": {expr(node, 1)}"]
-    chain = _chain(e)
-    if chain is None:
-        return None
-    p, ops, operands = chain
-    return expr(operands[0], p), [f"{op} {expr(x, p + 1)}" for op, x in zip(ops, operands[1:])]
+def _branches(e: A.Cond) -> tuple[str, list[str]]:
+    """A chain of conditionals (`a ? b : c ? d : e`): its first branch and the continuations."""
+    first, rest, node = f"{expr(e.test, 2)} ? {expr(e.then, 2)}", [], e.orelse
+    while isinstance(node, A.Cond):
+        rest.append(f": {expr(node.test, 2)} ? {expr(node.then, 2)}")
+        node = node.orelse
+    return first, rest + [f": {expr(node, 1)}"]
 
 
-def _wrap(head: str, e: A.Expr, width: int, cont: str = "  ", tail: str = "") -> list[str]:
-    """`head + expr + tail`, broken before operators (or inside a one-argument call) when too wide."""
-    text = head + expr(e) + tail
+def _wrap(head: str, e: A.Expr, width: int, cont: str = "  ", tail: str = "", need: int = 0) -> list[str]:
+    """`head + expr(e, need) + tail`, broken when too wide: inside its parentheses, inside a
+    one-argument call, before each branch of a chain of conditionals, or before the operators of
+    its loosest chain, packing operands while they fit. An operand too wide for a line of its own
+    is broken the same way, one level deeper; a parenthesized one opens on the line before."""
+    text = head + expr(e, need) + tail
     if len(text) <= width:
         return [text]
+    if _prec(e) < need:
+        return _wrap(head + "(", e, width, cont, ")" + tail)
     if isinstance(e, A.Call) and len(e.args) == 1 and e.args[0].where is None:
         return _wrap(f"{head}{expr(e.func, 11)}(", e.args[0].value, width, cont, ")" + tail)
-    pieces = _pieces(e)
-    if pieces is None:
+    if isinstance(e, A.Cond):
+        first, rest = _branches(e)
+        return [head + first, *(cont + piece for piece in rest[:-1]), cont + rest[-1] + tail]
+    chain = _chain(e)
+    if chain is None:
         return [text]
-    first, rest = pieces
-    lines = [head + first]
-    for piece in rest:
+    p, ops, operands = chain
+    lines = _wrap(head, operands[0], width, cont, "", p)
+    for op, x in zip(ops, operands[1:]):
+        piece = f"{op} {expr(x, p + 1)}"
         if len(lines[-1]) + 1 + len(piece) <= width:
             lines[-1] += " " + piece
-        else:
+        elif _prec(x) < p + 1 and len(lines[-1]) + len(op) + 3 < width:
+            lines[-1:] = _wrap(f"{lines[-1]} {op} (", x, width, cont, ")")
+        elif len(cont) + len(piece) <= width:
             lines.append(cont + piece)
+        else:
+            lines += _wrap(f"{cont}{op} ", x, width, cont + "  ", "", p + 1)
     lines[-1] += tail
     return lines
 
@@ -290,7 +296,12 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
             head = f"ensure {prop}" + (f" [{expr(lo)}, {expr(hi)}]" if lo is not None else "")
             head += (f"({x})" if x is not None else "") + (f" on {expr(on)}" if on is not None else "")
             head += f" over {over}" if over is not None else ""
-            return [head + (f" when {expr(when)}" if when is not None else "")]
+            if when is None:
+                return [head]
+            clause = _wrap("when ", when, _BODY_WIDTH - 2)
+            if len(clause) == 1 and len(head) + 1 + len(clause[0]) <= _BODY_WIDTH:
+                return [f"{head} {clause[0]}"]
+            return [head] + ["  " + line for line in clause]
     raise TypeError(f"pretty: unknown statement node {type(s).__name__}")
 
 

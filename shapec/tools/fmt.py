@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import shlex
 from pathlib import Path
 
 from ..paths import printable
@@ -44,7 +45,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
     2 a file could not be read or written (it keeps its previous content: the new text is renamed over it).
     Files keep their line ending style, and fmt --check reports any byte fmt would change."""
     status = 0
-    changed = 0
+    changed: list[Path] = []
     for path in files:
         try:
             data = path.read_bytes()
@@ -64,7 +65,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
         written = new.replace("\n", style)
         if written == raw:
             continue
-        changed += 1
+        changed.append(path)
         note = stray_ending(raw, style)
         if check:
             status = max(status, 1)
@@ -82,5 +83,7 @@ def format_files(files: list[Path], check: bool, out, err) -> int:
             continue
         print(f"reformatted {printable(path)}" + (f" ({note})" if note else ""), file=err)
     if check and changed:
-        print(f"{changed} file{'s' if changed != 1 else ''} would be reformatted", file=err)
+        n = len(changed)
+        print(f"{n} file{'s' if n != 1 else ''} would be reformatted; to rewrite "
+              f"{'it' if n == 1 else 'them'}: shapec fmt {shlex.join(map(printable, changed))}", file=err)
     return status

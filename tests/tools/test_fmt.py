@@ -64,7 +64,7 @@ def test_check_fails_with_a_diff_and_changes_nothing(tmp_path):
     assert f"--- {path} (original)" in proc.stdout and f"+++ {path} (formatted)" in proc.stdout
     assert "-fn   half(x) = x/2   # trailing on a fn" in proc.stdout
     assert "+fn half(x) = x / 2  # trailing on a fn" in proc.stdout
-    assert "1 file would be reformatted" in proc.stderr
+    assert f"1 file would be reformatted; to rewrite it: shapec fmt {path}" in proc.stderr
     assert path.read_text() == MESSY
 
 
@@ -215,3 +215,26 @@ def test_fmt_writes_through_a_temporary_file_and_keeps_the_original_on_failure(t
     assert err.getvalue() == f"shapec fmt: cannot write {path}: No space left on device\n"
     assert path.read_text() == MESSY  # untouched, byte for byte
     assert [p.name for p in tmp_path.iterdir()] == ["messy.shape"]  # no temporary file left
+
+
+def test_every_spec_of_the_repository_is_in_canonical_layout():
+    """What the repository's own shapec-fmt hook and CI hold it to."""
+    specs = [*sorted((ROOT / "shapec" / "stdlib").glob("*.shape")), *sorted((ROOT / "examples").glob("*.shape"))]
+    assert len(specs) > 10
+    for path in specs:
+        assert format_source(path.read_text(), str(path)) == path.read_text(), path
+
+
+def test_a_conditional_inside_a_conditional_keeps_its_parentheses():
+    source = "shaper s() {\n  result = reward > 0 ? (reward > 1 ? 1 : 2) : 0\n}\n"
+    assert pretty(parse(source)) == source
+
+
+def test_a_wide_parenthesized_operand_breaks_inside_its_parentheses():
+    source = ("shaper s(w: float = 1) {\n  input aaaaaaaaaaaa: tokens\n  input bbbbbbbbbbbb: tokens\n"
+              "  term t = -w * (float(aaaaaaaaaaaa) / 1000 + float(bbbbbbbbbbbb) / 1000 + float(aaaaaaaaaaaa) / 2000"
+              " + float(bbbbbbbbbbbb) / 2000)\n}\n")
+    lines = pretty(parse(source)).splitlines()
+    assert lines[3] == "  term t = -w * (float(aaaaaaaaaaaa) / 1000 + float(bbbbbbbbbbbb) / 1000"
+    assert lines[4] == "    + float(aaaaaaaaaaaa) / 2000 + float(bbbbbbbbbbbb) / 2000)"
+    assert parse(pretty(parse(source))) == parse(source)

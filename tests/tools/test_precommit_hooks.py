@@ -45,13 +45,13 @@ def test_hooks_fail_on_the_bad_spec_and_pass_on_the_good_one(tmp_path):
     proc = try_repo(repo, tmp_path / "home", "--all-files")
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
-    check, fmt = out.split("shapec fmt")
+    check, fmt = out.split("shapec fmt", 1)
     assert "shapec check" in check and "Failed" in check
     assert "bad.shape:4:11: error[E301]: cannot add tokens and seconds" in check
     assert "good.shape" not in check and "notes.txt" not in out
     assert "Failed" in fmt
     assert "-  let x = length+run_time\n+  let x = length + run_time" in fmt
-    assert "good.shape" not in fmt and "1 file would be reformatted" in fmt
+    assert "good.shape" not in fmt and "1 file would be reformatted; to rewrite it: shapec fmt bad.shape" in fmt
 
     (repo / "bad.shape").unlink()
     git(repo, "add", "-A")
