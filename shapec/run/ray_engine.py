@@ -27,13 +27,18 @@ class StatefulSpecError(ToolError):
 
 
 class _ShapeChunks:
-    """The map_groups callable class: one per worker, holding the unpickled shaper."""
+    """The map_groups callable class: one per worker, holding the unpickled shaper. Each run makes a
+    subclass carrying its pickled shaper (`payload`), so the class itself brings it to the workers:
+    constructor arguments would sit in the object store, which Ray warns about on every run for an
+    actor it may restart."""
 
-    def __init__(self, payload: bytes):
+    payload: bytes = b""
+
+    def __init__(self):
         from . import rundata
 
         self.shape_chunk = rundata.shape_chunk
-        self.shaper, self.plan, self.layout, self.on_bad_row, self.breakdown = pickle.loads(payload)
+        self.shaper, self.plan, self.layout, self.on_bad_row, self.breakdown = pickle.loads(self.payload)
 
     def __call__(self, batch):
         import numpy as np
@@ -65,6 +70,7 @@ def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str, breakd
     except ImportError:
         raise ToolError("--engine ray needs Ray: pip install 'shapec[ray]'") from None
     check_stateless(shaper)
+    quiet_ray()
     if not ray.is_initialized():
         ray.init(log_to_driver=False, configure_logging=False)  # RAY_ADDRESS, if set, names the cluster
     payload = pickle.dumps((shaper, plan, layout, on_bad_row, breakdown))
@@ -82,12 +88,30 @@ def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str, breakd
             return
 
 
+def quiet_ray() -> None:
+    """Ray's own lines on stderr at warning level and above, as shapec's are: its INFO lines (token
+    authentication, every Ray Data execution plan and progress report) would bury the run's summary.
+    Only Ray's loggers change; the user's logging configuration is left as it is. (Ray's own notice that
+token authentication is enabled comes from its core, not a logger, and stays.)"""
+    import logging
+
+    import ray.data  # configures its logger on import: set the level after it
+
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def _shape_window(ray, window: list, payload: bytes) -> Iterator:
     items = [{"chunk": i, "payload": pickle.dumps(chunk)} for i, chunk in enumerate(window)]
+    workers = max(1, min(len(window), int(ray.available_resources().get("CPU", 1))))
+    shaper_class = type("ShapeChunks", (_ShapeChunks,), {"payload": payload})
     shaped = (ray.data.from_items(items)
               .groupby("chunk")
-              .map_groups(_ShapeChunks, fn_constructor_args=(payload,), batch_format="numpy",
-                          concurrency=(1, max(1, min(len(window), int(ray.available_resources().get("CPU", 1)))))))
+              .map_groups(shaper_class, batch_format="numpy",
+                          compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
+                          # a worker that dies fails the run (its files stay as they were) instead of
+                          # an actor restart that Ray warns, on every run, could fail anyway
+                          max_restarts=0))
     outcomes = {int(row["chunk"]): pickle.loads(row["outcome"]) for row in shaped.take_all()}
     for i, chunk in enumerate(window):
         outcome, err = outcomes[i]

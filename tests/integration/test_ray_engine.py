@@ -84,3 +84,24 @@ def test_stateful_spec_refused(ray, tmp_path, capsys):
     code, out, _, err = _run(tmp_path, capsys, "ray", "--backend", "interpreter", spec="short_rl")
     assert code == 1 and not out.exists()
     assert err.startswith("shapec: error: --engine ray: short_rl keeps state from one chunk to the next (short_rl.acc_max)")
+
+
+def test_a_ray_run_prints_its_summary_and_none_of_rays_log_lines(tmp_path):
+    """A run on a Ray cluster it starts: stdout is the summary alone; stderr has no Ray INFO line and
+    no core-worker error about actor restarts (Ray's token-authentication notice comes from its
+    core and stays)."""
+    import os
+    import subprocess
+    import sys
+
+    need("ray.data", "ray")
+    _parquet(tmp_path / "in.parquet", bad=False)
+    proc = subprocess.run([sys.executable, "-m", "shapec.cli", "run", "kimi", "--data", tmp_path / "in.parquet",
+                           "--out", tmp_path / "out.parquet", "--backend", "interpreter", "--engine", "ray"],
+                          capture_output=True, text=True, timeout=600,
+                          env={k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("shapec run: ") and "rows: 3000 in = 3000 out + 0 rejected" in proc.stdout
+    assert all(line.startswith("shapec run: ") or not line.startswith(("[", "20")) for line in proc.stdout.splitlines())
+    noise = [line for line in proc.stderr.splitlines() if not line.startswith("Token authentication is enabled")]
+    assert noise == [], proc.stderr
