@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel
 
-from ..runtime.validate import BatchError, flag
-from ..run.nemo_gym_rows import CHANNELS, group_metadata, has_components, length_of, read_rows, response_texts, row_lengths
+from ..runtime.validate import BatchError
+from ..run.nemo_gym_rows import CHANNELS, group_metadata, length_of, read_rows, response_texts, row_lengths
 from ..run.nemo_rl_config import (LengthPenaltyConfig, LengthPenaltyParams, ProfileBandConfig, TimeEfficiencyConfig,
                                   agent_params, default_params, global_bands)
 from ._time_efficiency import apply_time_efficiency_reward
@@ -122,7 +122,8 @@ def apply_group_length_penalties(
         raise BatchError("group_size must be greater than zero")
     group_size = int(group_size)
 
-    fulls, rewards, row_agents = read_rows(results)
+    rows = read_rows(results)
+    fulls, rewards, row_agents = rows.fulls, rows.rewards, rows.agents
     n = len(results)
     starts = range(0, n, group_size)
     defaults = default_params(cfg, bands)
@@ -139,10 +140,9 @@ def apply_group_length_penalties(
 
     if tokenizer is None and any(p["enabled"] and p["length_type"] == "tokens" for p in per_group):
         _warn_tokens_without_tokenizer()
-    components = np.array([has_components(full.get("reward_components"), f"results[{i}].full_result.reward_components")
-                           for i, full in enumerate(fulls)], dtype=np.float64)
-    low_effort = np.array([flag(row.get("low_effort_applied"), f"results[{i}].low_effort_applied")
-                           for i, row in enumerate(results)], dtype=np.float64)
+    if rows.deferred:
+        raise rows.deferred[0]
+    components, low_effort = rows.components, rows.low_effort
     reasoning, answer = row_lengths(results, starts, group_size, per_group, tokenizer)
     metadata = group_metadata(results, starts)
 

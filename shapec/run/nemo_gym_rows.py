@@ -9,10 +9,13 @@ as given, is refused the same way. Nothing is mutated before every row has been 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..ir.nodes import MAX_EXACT_INT
 from ..runtime.validate import BatchError, as_array, band, finite, flag, numeric, show
 
 CHANNELS = ("total", "reasoning", "answer")
@@ -117,11 +120,31 @@ def has_components(value: Any, where: str) -> bool:
         return flag(value, where)
 
 
-def read_rows(results: Sequence[Any]) -> tuple[list[dict], np.ndarray, list[str]]:
-    """Every row's `full_result`, reward and agent name (NeMo-RL reads all three from every row)."""
+@dataclass
+class Rows:
+    """What the drop-in reads from every row, in one pass (read_rows)."""
+
+    fulls: list[dict]
+    rewards: np.ndarray
+    agents: list[str | None]
+    components: np.ndarray  # 1 where the row lists reward components
+    low_effort: np.ndarray  # 1 where low_effort_applied is set
+    deferred: list[BatchError]  # the first bad reward_components, then the first bad low_effort_applied
+
+
+def read_rows(results: Sequence[Any]) -> Rows:
+    """Every row's `full_result`, reward, agent name, reward components and low-effort flag, in one
+    pass (NeMo-RL reads them all from every row). A row that is not a result, a reward that is no
+    number or an agent that is no name stops it at that row; a bad component list or flag is kept
+    for the caller to raise after the agents' params are known, as NeMo-RL's order of reading has it.
+    The plain values (None, a bool, a list) are read here; any other goes to has_components and
+    flag, which word the error."""
     fulls, rewards, agents = [], [], []
+    n = len(results)
+    components, low_effort = np.zeros(n), np.zeros(n)
+    bad_components = bad_flag = None
     for i, row in enumerate(results):
-        if not isinstance(row, Mapping):
+        if type(row) is not dict and not isinstance(row, Mapping):
             raise BatchError(f"results[{i}]: expected a NeMo-Gym result dict, got {type(row).__name__}")
         full = row.get("full_result")
         if not isinstance(full, dict):
@@ -129,18 +152,37 @@ def read_rows(results: Sequence[Any]) -> tuple[list[dict], np.ndarray, list[str]
         if "reward" not in full:
             raise BatchError(f"results[{i}].full_result.reward: missing")
         reward = full["reward"]
-        if isinstance(reward, (bool, np.bool_)) or not isinstance(reward, (int, float, np.integer, np.floating)):
+        if type(reward) is not float and type(reward) is not int and (
+                isinstance(reward, (bool, np.bool_)) or not isinstance(reward, (int, float, np.integer, np.floating))):
             raise BatchError(f"results[{i}].full_result.reward: expected a number, got {show(reward)}")
         ref = row.get("agent_ref")
-        if not isinstance(ref, Mapping) or "name" not in ref:
+        if type(ref) is not dict and not isinstance(ref, Mapping) or "name" not in ref:
             raise BatchError(f"results[{i}].agent_ref.name: missing (agent_ref={show(ref)}); expected the agent's name")
-        if ref["name"] is not None and not isinstance(ref["name"], str):
-            raise BatchError(f"results[{i}].agent_ref.name: expected the agent's name (a string), got {show(ref['name'])}")
+        name = ref["name"]
+        if name is not None and type(name) is not str and not isinstance(name, str):
+            raise BatchError(f"results[{i}].agent_ref.name: expected the agent's name (a string), got {show(name)}")
         fulls.append(full)
         rewards.append(reward)
-        agents.append(ref["name"])
+        agents.append(name)
+        listed = full.get("reward_components")
+        if type(listed) in (list, tuple, dict):
+            components[i] = len(listed) > 0
+        elif listed is not None and bad_components is None:
+            try:
+                components[i] = has_components(listed, f"results[{i}].full_result.reward_components")
+            except BatchError as err:
+                bad_components = err
+        low = row.get("low_effort_applied")
+        if low is True:
+            low_effort[i] = 1.0
+        elif low is not None and low is not False and bad_flag is None:
+            try:
+                low_effort[i] = flag(low, f"results[{i}].low_effort_applied")
+            except BatchError as err:
+                bad_flag = err
     values = finite("full_result.reward", numeric("full_result.reward", rewards))
-    return fulls, values, agents
+    deferred = [err for err in (bad_components, bad_flag) if err is not None]
+    return Rows(fulls, values, agents, components, low_effort, deferred)
 
 
 def row_lengths(results, starts: range, group_size: int, per_group, tokenizer) -> tuple[np.ndarray, np.ndarray]:
@@ -176,7 +218,21 @@ def _row_bands(row: Mapping, i: int) -> dict[str, tuple[float, float, float, flo
         return {}
     if not isinstance(block, dict):
         raise BatchError(f"results[{i}].profile_band: expected a mapping of channel -> {{a, b, f}}, got {show(block)}")
-    return {ch: (*band(f"results[{i}].profile_band.{ch}", block[ch]), 1.0) for ch in CHANNELS if ch in block}
+    return {ch: _plain_band(block[ch]) or (*band(f"results[{i}].profile_band.{ch}", block[ch]), 1.0)
+            for ch in CHANNELS if ch in block}
+
+
+def _plain_band(value: Any) -> tuple[float, float, float, float] | None:
+    """{a, b, f} of plain finite numbers with a < b and 0 <= f <= 1 as (a, b, f, 1); None for anything
+    else, which band() then checks and words."""
+    if type(value) is not dict or len(value) != 3:
+        return None
+    a, b, f = value.get("a"), value.get("b"), value.get("f")
+    if not all(type(x) is float or (type(x) is int and abs(x) <= MAX_EXACT_INT) for x in (a, b, f)):
+        return None
+    if not (-math.inf < a < b < math.inf and 0 <= f <= 1):
+        return None
+    return float(a), float(b), float(f), 1.0
 
 
 def _profiled(row: Mapping, i: int) -> tuple[np.ndarray, np.ndarray]:
@@ -191,6 +247,53 @@ def _profiled(row: Mapping, i: int) -> tuple[np.ndarray, np.ndarray]:
     return rewards[:k], lengths[:k]
 
 
+def _all_profiled(results: list, starts: range) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """Every group's profiled rollouts (sizes, rewards, lengths), as _profiled reads each group's first
+    row: groups of plain lists in one conversion and one check, any other (or a check that fails) group
+    by group, where _profiled words the error."""
+    rewards, lengths, sizes = [], [], []
+    for s in starts:
+        row = results[s]
+        pr, pl = row.get("profiled_rewards"), row.get("profiled_output_lengths")
+        if pr is None or pl is None:
+            sizes.append((0, 0))
+        elif type(pr) is list and type(pl) is list:
+            rewards += pr
+            lengths += pl
+            sizes.append((len(pr), len(pl)))
+        else:
+            return _profiled_by_group(results, starts)
+    if not sizes:
+        return [], np.zeros(0), np.zeros(0)
+    try:  # numbers (bools among them) only: numpy would parse "1.5" or nest lists, which numeric refuses
+        r, length = np.asarray(rewards), np.asarray(lengths)
+    except (TypeError, ValueError, OverflowError):
+        return _profiled_by_group(results, starts)
+    if r.ndim != 1 or length.ndim != 1 or r.dtype.kind not in "biuf" or length.dtype.kind not in "biuf":
+        return _profiled_by_group(results, starts)
+    r, length = r.astype(np.float64), length.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        clean = (np.isfinite(r).all() and np.isfinite(length).all() and length.min(initial=0) >= 0
+                 and np.abs(r).max(initial=0) < MAX_EXACT_INT and length.max(initial=0) < MAX_EXACT_INT)
+    if not clean:
+        return _profiled_by_group(results, starts)
+    counts = np.array(sizes, dtype=np.int64).reshape(len(sizes), 2)
+    kept = counts.min(axis=1)
+    return kept.tolist(), r[_firsts(counts[:, 0], kept)], length[_firsts(counts[:, 1], kept)]
+
+
+def _firsts(sizes: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Indices of the first kept[g] values of each group g of a flat array of groups of sizes[g]."""
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+    return np.arange(int(kept.sum())) + np.repeat(starts - np.concatenate(([0], np.cumsum(kept)[:-1])), kept)
+
+
+def _profiled_by_group(results: list, starts: range) -> tuple[list[int], np.ndarray, np.ndarray]:
+    pairs = [_profiled(results[s], s) for s in starts]
+    return ([len(r) for r, _ in pairs], np.concatenate([r for r, _ in pairs]) if pairs else np.zeros(0),
+            np.concatenate([length for _, length in pairs]) if pairs else np.zeros(0))
+
+
 def group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, Any]:
     """Per-group metadata from each group's first row: profile bands and profiled rollouts.
 
@@ -198,22 +301,15 @@ def group_metadata(results: list[dict[str, Any]], starts: range) -> dict[str, An
     """
     absent = (math.nan, math.nan, math.nan, 0.0)
     band_rows: dict[str, list] = {ch: [] for ch in CHANNELS}
-    sizes = [0]
-    p_rewards, p_lengths = [], []
     for s in starts:
         listed = _row_bands(results[s], s)
         for ch in CHANNELS:
             band_rows[ch].append(listed.get(ch, absent))
-        pr, pl = _profiled(results[s], s)
-        p_rewards.append(pr)
-        p_lengths.append(pl)
-        sizes.append(len(pr))
+    sizes, p_rewards, p_lengths = _all_profiled(results, starts)
     G = len(starts)
     return {
         "profile_band": {ch: np.array(rows, dtype=np.float64).reshape(G, 4) for ch, rows in band_rows.items()},
-        "profiled": {"offsets": np.cumsum(sizes, dtype=np.int64),
-                     "reward": np.concatenate(p_rewards) if G else np.zeros(0),
-                     "length": np.concatenate(p_lengths) if G else np.zeros(0)},
+        "profiled": {"offsets": np.cumsum([0, *sizes], dtype=np.int64), "reward": p_rewards, "length": p_lengths},
     }
 
 
