@@ -14,6 +14,7 @@ the next, which chunks shaped side by side cannot do: it is refused.
 from __future__ import annotations
 
 import pickle
+import warnings
 from itertools import islice
 from typing import Iterator
 
@@ -112,7 +113,9 @@ def _shape_window(ray, window: list, payload: bytes) -> Iterator:
                           # a worker that dies fails the run (its files stay as they were) instead of
                           # an actor restart that Ray warns, on every run, could fail anyway
                           max_restarts=0))
-    outcomes = {int(row["chunk"]): pickle.loads(row["outcome"]) for row in shaped.take_all()}
+    with warnings.catch_warnings():  # Ray Data's notes on its own deprecated settings, which shapec never sets
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+        outcomes = {int(row["chunk"]): pickle.loads(row["outcome"]) for row in shaped.take_all()}
     for i, chunk in enumerate(window):
         outcome, err = outcomes[i]
         if err is not None:
