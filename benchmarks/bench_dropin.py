@@ -1,0 +1,142 @@
+"""The NeMo-RL drop-in against a floor written by hand, on 512 prompts x 16 NeMo-Gym result dicts.
+
+The workload (character lengths): total bonus, longest total penalty, group-relative total and
+reasoning coefficients behind the profile gate, total zMAD, profiled length with 4 profiled
+rollouts per prompt, pass-rate penalty, per-row total bands.
+
+  drop-in  shapec.compat.nemo_rl.apply_group_length_penalties(results, config, 16): reads the dicts,
+           validates them, shapes, writes every reward back
+  floor    by hand: one Python pass over the dicts for rewards and character lengths, one over the
+           groups for their metadata, the hand numba kernel of the same algorithms
+           (hand_nemo_rl.py), one pass writing rewards back. It checks nothing.
+
+Both must write identical rewards (checked first); then the median of interleaved rounds, in one
+process. Run: python benchmarks/bench_dropin.py [--groups 512] [--size 16] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import time
+
+import numpy as np
+
+import hand_nemo_rl as hand
+import shapec
+from shapec.compat import nemo_rl
+from shapec.runtime.params import validate_params
+
+DEFAULT = {
+    "length_type": "chars", "total_bonus": 0.05, "longest_total_penalty": 0.05,
+    "group_total_length_penalty_coeff": 0.1, "group_reasoning_length_penalty_coeff": 0.05,
+    "group_length_penalty_profile_gate": True, "total_zmad_threshold": 2.5, "total_zmad_penalty": 0.05,
+    "profiled_length_penalty": 0.1, "profiled_length_n_std": 1.0, "profiled_length_min_samples": 2,
+    "pass_rate_length_penalty_weight": 0.1, "profile_band_total": True,
+}
+CONFIG = {"default": DEFAULT}
+
+
+def make_results(groups: int, size: int, seed: int = 0) -> list[dict]:
+    """NeMo-Gym rows: one reasoning item and one assistant message, a total band and 4 profiled rollouts per prompt."""
+    rng = random.Random(seed)
+    results = []
+    for _ in range(groups):
+        meta = {"profiled_rewards": [rng.randint(0, 1) for _ in range(4)],
+                "profiled_output_lengths": [rng.randint(500, 6000) for _ in range(4)],
+                "profile_band": {"total": {"a": 2500.0, "b": 6000.0, "f": 0.9}}}
+        for _ in range(size):
+            results.append({
+                "full_result": {"reward": float(rng.random() < 0.6), "response": {"output": [
+                    {"type": "reasoning", "summary": [{"type": "summary_text", "text": "r" * rng.randint(200, 6000)}]},
+                    {"type": "message", "role": "assistant",
+                     "content": [{"type": "output_text", "text": "a" * rng.randint(20, 1000)}]}]}},
+                "agent_ref": {"name": "math_with_judge_simple_agent"}, **meta})
+    return results
+
+
+class Floor:
+    """The same rewards by hand: no checks, the hand kernel, params resolved once."""
+
+    def __init__(self, size: int):
+        ir = shapec.load("nemo_rl", backend="numba").length_penalty.ir
+        params = {k: v for k, v in DEFAULT.items() if k != "length_type"}
+        self.pv, self.gb = hand.param_vector(validate_params(ir, params))
+        self.size = size
+
+    def __call__(self, results: list[dict]) -> None:
+        n, k = len(results), self.size
+        rewards, reasoning, answer = np.empty(n), np.empty(n), np.empty(n)
+        for i, row in enumerate(results):
+            full = row["full_result"]
+            rewards[i] = full["reward"]
+            r = a = 0
+            for item in full["response"]["output"]:
+                if item["type"] == "reasoning":
+                    r += sum(len(part["text"]) for part in item["summary"])
+                elif item["type"] == "message":
+                    a += sum(len(part["text"]) for part in item["content"])
+            reasoning[i], answer[i] = r, a
+        G = n // k
+        bands = np.full((3, G, 4), np.nan)
+        bands[:, :, 3] = 0.0
+        p_off, p_reward, p_length = np.zeros(G + 1, np.int64), [], []
+        for g in range(G):
+            first = results[g * k]
+            t = first["profile_band"]["total"]
+            bands[0, g] = (t["a"], t["b"], t["f"], 1.0)
+            pr, pl = first["profiled_rewards"], first["profiled_output_lengths"]
+            p_reward += pr
+            p_length += pl
+            p_off[g + 1] = p_off[g] + len(pr)
+        out = np.empty(n)
+        hand.length_penalty(rewards, np.arange(0, n + 1, k, dtype=np.int64), reasoning, answer, np.zeros(n), bands,
+                            p_off, np.array(p_reward, dtype=np.float64), np.array(p_length, dtype=np.float64),
+                            self.pv, self.gb, out, np.empty((12, 0)), np.empty((3, 0)), np.empty(G, np.int64),
+                            np.empty((3, G), np.int64), np.empty(5), False)
+        for row, value in zip(results, out.tolist()):
+            row["full_result"]["reward"] = value
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", type=int, default=512)
+    ap.add_argument("--size", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args()
+    results = make_results(args.groups, args.size)
+    original = [r["full_result"]["reward"] for r in results]
+
+    def reset():
+        for r, v in zip(results, original):
+            r["full_result"]["reward"] = v
+
+    floor = Floor(args.size)
+    runs = {"drop-in": lambda: nemo_rl.apply_group_length_penalties(results, CONFIG, args.size),
+            "floor": lambda: floor(results)}
+    shaped = {}
+    for name, fn in runs.items():
+        reset()
+        fn()
+        shaped[name] = [r["full_result"]["reward"] for r in results]
+    if shaped["drop-in"] != shaped["floor"]:
+        raise SystemExit("the floor's rewards differ from the drop-in's")
+    times = {name: [] for name in runs}
+    for _ in range(args.repeat):
+        for name, fn in runs.items():
+            reset()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    load = os.getloadavg()[0]
+    print(f"{args.groups} x {args.size} NeMo-Gym dicts, medians of {args.repeat} interleaved rounds "
+          f"(load {load:.2f}); rewards identical")
+    print(f"drop-in {med['drop-in'] * 1e3:7.1f} ms | floor {med['floor'] * 1e3:7.1f} ms | "
+          f"drop-in / floor {med['drop-in'] / med['floor']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
