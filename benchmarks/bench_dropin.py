@@ -10,6 +10,10 @@ rollouts per prompt, pass-rate penalty, per-row total bands.
            groups for their metadata, the hand numba kernel of the same algorithms
            (hand_nemo_rl.py), one pass writing rewards back. It checks nothing.
 
+and the time-efficiency drop-in (apply_time_efficiency_reward, default config: every rollout
+charged lambda_time per minute of openhands_run_time) against its floor: one pass over the dicts for
+rewards, run times and function calls, the charge and the metrics in numpy, one pass writing back.
+
 Both must write identical rewards (checked first); then the median of interleaved rounds, in one
 process. Run: python benchmarks/bench_dropin.py [--groups 512] [--size 16] [--repeat 30]
 """
@@ -27,6 +31,7 @@ import numpy as np
 import hand_nemo_rl as hand
 import shapec
 from shapec.compat import nemo_rl
+from shapec.run.nemo_rl_config import TimeEfficiencyConfig
 from shapec.runtime.params import validate_params
 
 DEFAULT = {
@@ -100,42 +105,86 @@ class Floor:
             row["full_result"]["reward"] = value
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--groups", type=int, default=512)
-    ap.add_argument("--size", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=30)
-    args = ap.parse_args()
-    results = make_results(args.groups, args.size)
+def make_agent_results(n: int, seed: int = 1) -> list[dict]:
+    """NeMo-Gym agent rows: a reward, a run time and 0-6 function calls each."""
+    rng = random.Random(seed)
+    return [{"full_result": {"reward": float(rng.random() < 0.5), "resolved": rng.random() < 0.5,
+                             "openhands_run_time": rng.uniform(10, 5000),
+                             "response": {"output": [{"type": "function_call"}] * rng.randint(0, 6)
+                                          + [{"type": "message", "content": "done"}]}}}
+            for _ in range(n)]
+
+
+def time_floor(results: list[dict], lambda_time: float) -> dict[str, float]:
+    """apply_time_efficiency_reward's rewards and metrics on this workload (apply_to all, no bonus,
+    no floor, no mask), by hand."""
+    n = len(results)
+    rewards, seconds, calls = np.empty(n), np.empty(n), np.empty(n)
+    for i, row in enumerate(results):
+        full = row["full_result"]
+        rewards[i] = float(full["reward"] or 0.0)
+        seconds[i] = max(float(full["openhands_run_time"]), 0.0)
+        calls[i] = sum(1 for item in full["response"]["output"] if item["type"] == "function_call")
+    minutes = seconds / 60
+    shaped = rewards + 0.0 + -lambda_time * minutes
+    deduction = rewards - shaped
+    metrics = {"minutes/mean": minutes.mean(), "minutes/max": minutes.max(), "deduction/mean": deduction.mean(),
+               "deduction/max": deduction.max(), "calls/mean": calls.mean(), "bonus/mean": 0.0,
+               "seconds_per_call": minutes.sum() * 60 / max(calls.sum(), 1), "bonus_saturated_frac": 0.0,
+               "floored_frac": 0.0, "group_has_signal": float(n > 1 and deduction.max() - deduction.min() > 1e-6)}
+    for row, value in zip(results, shaped.tolist()):
+        row["full_result"]["reward"] = value
+    return metrics
+
+
+def interleaved(runs: dict, reset, repeat: int) -> dict[str, float]:
+    times = {name: [] for name in runs}
+    for _ in range(repeat):
+        for name, fn in runs.items():
+            reset()
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def compare(title: str, results: list[dict], runs: dict, repeat: int) -> None:
+    """Identical rewards first, then the medians of interleaved rounds."""
     original = [r["full_result"]["reward"] for r in results]
 
     def reset():
         for r, v in zip(results, original):
             r["full_result"]["reward"] = v
 
-    floor = Floor(args.size)
-    runs = {"drop-in": lambda: nemo_rl.apply_group_length_penalties(results, CONFIG, args.size),
-            "floor": lambda: floor(results)}
     shaped = {}
     for name, fn in runs.items():
         reset()
         fn()
         shaped[name] = [r["full_result"]["reward"] for r in results]
     if shaped["drop-in"] != shaped["floor"]:
-        raise SystemExit("the floor's rewards differ from the drop-in's")
-    times = {name: [] for name in runs}
-    for _ in range(args.repeat):
-        for name, fn in runs.items():
-            reset()
-            t0 = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(ts) for name, ts in times.items()}
-    load = os.getloadavg()[0]
-    print(f"{args.groups} x {args.size} NeMo-Gym dicts, medians of {args.repeat} interleaved rounds "
-          f"(load {load:.2f}); rewards identical")
-    print(f"drop-in {med['drop-in'] * 1e3:7.1f} ms | floor {med['floor'] * 1e3:7.1f} ms | "
-          f"drop-in / floor {med['drop-in'] / med['floor']:.2f}x")
+        raise SystemExit(f"{title}: the floor's rewards differ from the drop-in's")
+    med = interleaved(runs, reset, repeat)
+    print(f"{title}: drop-in {med['drop-in'] * 1e3:7.1f} ms | floor {med['floor'] * 1e3:7.1f} ms | "
+          f"drop-in / floor {med['drop-in'] / med['floor']:.2f}x (rewards identical)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--groups", type=int, default=512)
+    ap.add_argument("--size", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=30)
+    args = ap.parse_args()
+    print(f"medians of {args.repeat} interleaved rounds, load {os.getloadavg()[0]:.2f}")
+    results = make_results(args.groups, args.size)
+    floor = Floor(args.size)
+    compare(f"length penalties, {args.groups} x {args.size} NeMo-Gym dicts", results,
+            {"drop-in": lambda: nemo_rl.apply_group_length_penalties(results, CONFIG, args.size),
+             "floor": lambda: floor(results)}, args.repeat)
+    agents = make_agent_results(args.groups * args.size)
+    config = TimeEfficiencyConfig(enabled=True)
+    compare(f"time efficiency, {len(agents)} NeMo-Gym agent dicts", agents,
+            {"drop-in": lambda: nemo_rl.apply_time_efficiency_reward(agents, config),
+             "floor": lambda: time_floor(agents, config.lambda_time)}, args.repeat)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..ir.nodes import MAX_EXACT_INT
 from ..runtime.validate import BatchError, as_array, flag, show
 from ..run.nemo_gym_rows import has_run_time, rollout_calls, rollout_seconds
 from ..run.nemo_rl_config import TimeEfficiencyConfig, warn_unknown_keys
@@ -23,15 +24,68 @@ PREFIX = "time_efficiency/"
 _WARNED_MISSING: list[bool] = []  # warn once per process: a training loop calls this every step
 
 
-def _count_missing_run_times(results: Sequence[Mapping[str, Any]]) -> int:
+def _warn_missing_run_times(missing: int, n: int) -> None:
     """Rows charged 0 because their run time is missing; NeMo-RL does so silently, shapec says so once."""
-    missing = sum(1 for result in results if not has_run_time(result))
     if missing and not _WARNED_MISSING:
         _WARNED_MISSING.append(True)
-        warnings.warn(f"time efficiency: {missing} of {len(results)} rows have no usable "
+        warnings.warn(f"time efficiency: {missing} of {n} rows have no usable "
                       "full_result.openhands_run_time and are charged 0 minutes (counted in "
                       f"{PREFIX}missing_run_time; this warning is shown once)", stacklevel=3)
-    return missing
+
+
+def _plain_number(value: Any) -> float | None:
+    """A float or int that float() reads exactly and finitely, as a float; None for anything else."""
+    if type(value) is float:
+        return value if value - value == 0.0 else None
+    if type(value) is int and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
+        return float(value)
+    return None
+
+
+def read_rows(results: Sequence[dict[str, Any]]) -> tuple[list[dict], np.ndarray, np.ndarray, list, list, int]:
+    """One pass over the rows: (full results, resolved flags, charged rewards, run times in seconds,
+    function calls, rows without a usable run time). Plain values are read in place; any other goes
+    to flag, charged_reward and rollout_seconds, and the first error of each is raised after the pass
+    in the order NeMo-RL reads them (resolved, rewards, run times)."""
+    n = len(results)
+    full, rewards, seconds, calls = [], [], [], []
+    resolved = np.zeros(n, dtype=bool)
+    errors: list[Exception | None] = [None, None, None]
+    missing = 0
+    for i, result in enumerate(results):
+        fr = result["full_result"]
+        full.append(fr)
+        done = fr.get("resolved")
+        if done is True or (done is not None and done is not False and errors[0] is None and _read(
+                errors, 0, lambda: flag(done, f"results[{i}].full_result.resolved"))):
+            resolved[i] = True
+        reward = fr.get("reward")
+        if type(reward) is not float or reward - reward != 0.0:  # a finite float is the common case
+            reward = _plain_number(reward)
+            if reward is None and errors[1] is None:
+                reward = _read(errors, 1, lambda: charged_reward(fr, i))
+        rewards.append(reward or 0.0)
+        run_time = fr.get("openhands_run_time")
+        if type(run_time) is not float or run_time - run_time != 0.0:
+            run_time = _plain_number(run_time)
+            if run_time is None:
+                missing += not has_run_time(result)
+                run_time = _read(errors, 2, lambda: rollout_seconds(result, i)) if errors[2] is None else 0.0
+        seconds.append(max(run_time or 0.0, 0.0))
+        calls.append(rollout_calls(result))
+    for err in errors:
+        if err is not None:
+            raise err
+    return full, resolved, np.array(rewards, dtype=np.float64), seconds, calls, missing
+
+
+def _read(errors: list, k: int, read):
+    """read(), or None with its error kept in errors[k] (the first of its kind)."""
+    try:
+        return read()
+    except ValueError as err:  # BatchError included
+        errors[k] = err
+        return None
 
 
 def charged_reward(full: Mapping[str, Any], index: int) -> float:
@@ -75,18 +129,10 @@ def apply_time_efficiency_reward(
         raise ValueError(f"mask_sample has {len(mask_sample)} entries for {n} results")
     masked = np.array([flag(f, f"mask_sample[{i}]") for i, f in enumerate(mask_sample)] if mask_sample is not None
                       else [False] * n, dtype=bool)
-    full = [result["full_result"] for result in results]
-    resolved = np.array([flag(fr.get("resolved"), f"results[{i}].full_result.resolved") for i, fr in enumerate(full)],
-                        dtype=bool)
-    rewards = np.array([charged_reward(fr, i) for i, fr in enumerate(full)], dtype=np.float64)
+    full, resolved, rewards, seconds, calls, missing = read_rows(results)
     out = stdlib_shaper("time_efficiency", "time_efficiency")(
         rewards, offsets=np.array([0, n]),
-        channels={
-            "run_time": [rollout_seconds(result, i) for i, result in enumerate(results)],
-            "calls": [rollout_calls(result) for result in results],
-            "resolved": resolved,
-            "masked": masked,
-        },
+        channels={"run_time": seconds, "calls": calls, "resolved": resolved, "masked": masked},
         params={
             "lambda_time": config.lambda_time,
             "apply_to": config.apply_to,
@@ -105,7 +151,7 @@ def apply_time_efficiency_reward(
         if hit:
             fr["reward"] = float(new)
     metrics = {PREFIX + name: value for name, value in out.metrics.items()}
-    missing = _count_missing_run_times(results)
+    _warn_missing_run_times(missing, n)
     if missing:  # only then: a complete batch reports exactly NeMo-RL's metrics
         metrics[PREFIX + "missing_run_time"] = float(missing)
     return metrics

@@ -143,7 +143,7 @@ def apply_group_length_penalties(
     if rows.deferred:
         raise rows.deferred[0]
     components, low_effort = rows.components, rows.low_effort
-    reasoning, answer = row_lengths(results, starts, group_size, per_group, tokenizer)
+    reasoning, answer = row_lengths(results, starts, group_size, per_group, tokenizer, rows.chars)
     metadata = group_metadata(results, starts)
 
     out = length_penalty_shaper()(

@@ -130,6 +130,7 @@ class Rows:
     components: np.ndarray  # 1 where the row lists reward components
     low_effort: np.ndarray  # 1 where low_effort_applied is set
     deferred: list[BatchError]  # the first bad reward_components, then the first bad low_effort_applied
+    chars: tuple[np.ndarray, np.ndarray]  # reasoning and answer characters (NaN: not a plain row, see row_lengths)
 
 
 def read_rows(results: Sequence[Any]) -> Rows:
@@ -139,7 +140,7 @@ def read_rows(results: Sequence[Any]) -> Rows:
     for the caller to raise after the agents' params are known, as NeMo-RL's order of reading has it.
     The plain values (None, a bool, a list) are read here; any other goes to has_components and
     flag, which word the error."""
-    fulls, rewards, agents = [], [], []
+    fulls, rewards, agents, reasoning, answer = [], [], [], [], []
     n = len(results)
     components, low_effort = np.zeros(n), np.zeros(n)
     bad_components = bad_flag = None
@@ -165,13 +166,18 @@ def read_rows(results: Sequence[Any]) -> Rows:
         rewards.append(reward)
         agents.append(name)
         listed = full.get("reward_components")
-        if type(listed) in (list, tuple, dict):
+        if listed is None:
+            pass
+        elif type(listed) in (list, tuple, dict):
             components[i] = len(listed) > 0
-        elif listed is not None and bad_components is None:
+        elif bad_components is None:
             try:
                 components[i] = has_components(listed, f"results[{i}].full_result.reward_components")
             except BatchError as err:
                 bad_components = err
+        counted = _plain_char_lengths(row)
+        reasoning.append(math.nan if counted is None else counted[0])
+        answer.append(math.nan if counted is None else counted[1])
         low = row.get("low_effort_applied")
         if low is True:
             low_effort[i] = 1.0
@@ -182,29 +188,26 @@ def read_rows(results: Sequence[Any]) -> Rows:
                 bad_flag = err
     values = finite("full_result.reward", numeric("full_result.reward", rewards))
     deferred = [err for err in (bad_components, bad_flag) if err is not None]
-    return Rows(fulls, values, agents, components, low_effort, deferred)
+    chars = (np.array(reasoning, dtype=np.float64), np.array(answer, dtype=np.float64))
+    return Rows(fulls, values, agents, components, low_effort, deferred, chars)
 
 
-def row_lengths(results, starts: range, group_size: int, per_group, tokenizer) -> tuple[np.ndarray, np.ndarray]:
-    """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups)."""
+def row_lengths(results, starts: range, group_size: int, per_group, tokenizer,
+                chars: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups):
+    the characters read_rows counted, and the texts read again (response_texts, which words a bad
+    one) only for tokens and for the rows it could not count."""
     n = len(results)
-    counts: list[tuple[int, int] | None] = [(0, 0)] * n
-    for g, s in enumerate(starts):
-        params = per_group[g]
-        if not params["enabled"]:
-            continue
-        e = min(s + group_size, n)
-        if params["length_type"] == "tokens" and tokenizer is not None:
-            counts[s:e] = [None] * (e - s)
-        else:
-            counts[s:e] = map(_plain_char_lengths, results[s:e])
-        for i in range(s, e):
-            if counts[i] is None:  # tokens, or a row the fast path does not handle
-                r_text, a_text = response_texts(results[i], f"results[{i}]")
-                counts[i] = (length_of(r_text, params["length_type"], tokenizer),
-                             length_of(a_text, params["length_type"], tokenizer))
-    both = np.array(counts, dtype=np.float64).reshape(n, 2)
-    return both[:, 0].copy(), both[:, 1].copy()
+    sizes = np.diff([*starts, n])
+    enabled = np.repeat([bool(p["enabled"]) for p in per_group], sizes)
+    tokens = np.repeat([p["length_type"] == "tokens" and tokenizer is not None for p in per_group], sizes)
+    reasoning, answer = np.where(enabled, chars[0], 0.0), np.where(enabled, chars[1], 0.0)
+    for i in np.flatnonzero(enabled & (tokens | np.isnan(reasoning))).tolist():
+        length_type = per_group[i // group_size]["length_type"]
+        r_text, a_text = response_texts(results[i], f"results[{i}]")
+        reasoning[i] = length_of(r_text, length_type, tokenizer)
+        answer[i] = length_of(a_text, length_type, tokenizer)
+    return reasoning, answer
 
 
 def _row_bands(row: Mapping, i: int) -> dict[str, tuple[float, float, float, float]]:
@@ -344,7 +347,11 @@ def has_run_time(result: Mapping[str, Any]) -> bool:
 def rollout_calls(result: Mapping[str, Any]) -> int:
     """The number of `function_call` items in `full_result.response.output` (0 without a list)."""
     response = result["full_result"].get("response") or {}
-    output = response.get("output") if isinstance(response, Mapping) else None
+    output = response.get("output") if type(response) is dict or isinstance(response, Mapping) else None
     if not isinstance(output, list):
         return 0
-    return sum(1 for item in output if isinstance(item, dict) and item.get("type") == "function_call")
+    calls = 0
+    for item in output:  # a loop, not sum() over a generator: this runs for every row of every step
+        if (type(item) is dict or isinstance(item, dict)) and item.get("type") == "function_call":
+            calls += 1
+    return calls

@@ -96,7 +96,9 @@ def quiet_ray() -> None:
 token authentication is enabled comes from its core, not a logger, and stays.)"""
     import logging
 
-    import ray.data  # configures its logger on import: set the level after it
+    with warnings.catch_warnings():  # its notes on its own deprecated settings, as in _shape_window
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+        import ray.data  # configures its logger on import: set the level after it
 
     for name in ("ray", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -106,15 +108,15 @@ def _shape_window(ray, window: list, payload: bytes) -> Iterator:
     items = [{"chunk": i, "payload": pickle.dumps(chunk)} for i, chunk in enumerate(window)]
     workers = max(1, min(len(window), int(ray.available_resources().get("CPU", 1))))
     shaper_class = type("ShapeChunks", (_ShapeChunks,), {"payload": payload})
-    shaped = (ray.data.from_items(items)
-              .groupby("chunk")
-              .map_groups(shaper_class, batch_format="numpy",
-                          compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
-                          # a worker that dies fails the run (its files stay as they were) instead of
-                          # an actor restart that Ray warns, on every run, could fail anyway
-                          max_restarts=0))
     with warnings.catch_warnings():  # Ray Data's notes on its own deprecated settings, which shapec never sets
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+        shaped = (ray.data.from_items(items)
+                  .groupby("chunk")
+                  .map_groups(shaper_class, batch_format="numpy",
+                              compute=ray.data.ActorPoolStrategy(min_size=1, max_size=workers),
+                              # a worker that dies fails the run (its files stay as they were) instead
+                              # of an actor restart that Ray warns, on every run, could fail anyway
+                              max_restarts=0))
         outcomes = {int(row["chunk"]): pickle.loads(row["outcome"]) for row in shaped.take_all()}
     for i, chunk in enumerate(window):
         outcome, err = outcomes[i]
