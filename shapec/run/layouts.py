@@ -84,7 +84,8 @@ def _arrow_numbers(block: ArrowBlock, name: str, kind: str, base: int, errors: d
     import pyarrow as pa
 
     n = len(block)
-    col = block.array(name)
+    table = block.table  # a column as it is (to_numpy joins its chunks once); a dotted name, its struct field
+    col = table.column(name) if name in table.column_names else block.array(name)
     if col is None:
         return _numbers([MISSING] * n, name, kind, base, errors)
     numeric = pa.types.is_integer(col.type) or pa.types.is_floating(col.type) or (
