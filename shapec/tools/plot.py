@@ -1,9 +1,12 @@
 """`shapec plot`: shaped reward against length for a synthetic group, and length distributions.
 
 The curve's numbers come from `plotdata.sweep` (see there how the probe and its inputs are set);
-this module draws them. Band params are shaded, length-valued params drawn as vertical lines, a
-clamp or floor as a horizontal line, each group gate as a strip under the curve labelled with its
-reason, and a caption lists every input's value and why a gate closed or the curve is flat.
+this module draws them. Length-valued params are drawn as vertical lines, a clamp or floor as a
+horizontal line, each group gate as a strip under the curve labelled with its reason, and each term
+and factor that shapes the correct curve as a strip where it applies, with its values: so a band is
+shown where the band in effect (a group's own, or the global one) changes the curve, on the swept
+axis, and every jump of the curve lines up with the edge of a strip. A caption lists every input's
+value and why a gate closed or the curve is flat.
 
 With data: the distribution of the swept channel over all rollouts, weighted by the env reward
 and by the shaped reward (negative rewards count 0): the lengths a policy-gradient step
@@ -38,7 +41,7 @@ def _resolved_params(shaper, plan) -> dict[str, dict]:
 
 
 def _markers(shaper, values: dict[str, dict], unit: str):
-    """Bands (a, b) and length-valued params in the swept unit, and a reward floor."""
+    """Band params (whose ends help size the x axis), length-valued params in the swept unit, and a reward floor."""
     bands, lines, floors = [], [], []
     for ir in stage_irs(shaper):
         for spec in ir.params:
@@ -151,17 +154,22 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     except (BatchError, ParamError) as err:  # a --meta value (or a param) the shaper refuses: its message names it
         raise ToolError(f"cannot shape the plotted group: {err}") from None
 
-    gates = list(curves.gates)
-    rows = [4.5] + [0.35 * len(gates) + 0.2] * bool(gates) + [4.0] * (dist is not None)
-    fig = plt.figure(figsize=(11, sum(rows) + 1.6))
-    grid = fig.add_gridspec(len(rows), 1, height_ratios=rows, left=0.14, right=0.74, top=0.93,
-                            bottom=1.5 / (sum(rows) + 1.6), hspace=0.35)
+    gates, effects = list(curves.gates), list(curves.effects)
+    rows = ([4.5] + [0.35 * len(gates) + 0.2] * bool(gates) + [0.35 * len(effects) + 0.2] * bool(effects)
+            + [4.0] * (dist is not None))
+    curves.notes += state_notes(entering, left if dist is not None else None)
+    given = {(f"{stage}.{k}" if shaper.is_pipeline else k): v for stage, values in plan.base.items()
+             for k, v in values.items()}
+    declares = any(ir.metas for ir in stage_irs(shaper))
+    foot_text = caption(curves, metadata, source, given, declares)
+    foot = 0.7 + 0.12 * (foot_text.count("\n") + 1)  # inches: the caption's lines and the last axis's labels
+    fig = plt.figure(figsize=(11, sum(rows) + 0.4 + foot))
+    grid = fig.add_gridspec(len(rows), 1, height_ratios=rows, left=0.14, right=0.74,
+                            top=1 - 0.4 / (sum(rows) + 0.4 + foot), bottom=foot / (sum(rows) + 0.4 + foot),
+                            hspace=0.35)
     ax = fig.add_subplot(grid[0])
     ax.plot(curves.xs, curves.correct, color="tab:green", lw=2, label="correct rollout")
     ax.plot(curves.xs, curves.wrong, color="tab:red", lw=2, ls="--", label="wrong rollout")
-    for name, a, b, f in bands:
-        if b > a:
-            ax.axvspan(a, b, color="tab:blue", alpha=0.12, label=f"band {name} {{{a:g}, {b:g}, {f:g}}}")
     for name, v in lines:
         if v <= max_length:
             ax.axvline(v, color="tab:purple", ls=":", lw=1)
@@ -177,14 +185,11 @@ def plot(shaper, plan, out: Path, channel: str | None = None, max_length: float 
     ax.grid(alpha=0.3)
     if gates:
         _gate_strips(fig.add_subplot(grid[1], sharex=ax), curves, gate_verdicts(shaper))
+    if effects:
+        _effect_strips(fig.add_subplot(grid[1 + bool(gates)], sharex=ax), curves)
     if dist is not None:
         _plot_distribution(fig.add_subplot(grid[-1]), dist, channel, unit, max_length)
-    curves.notes += state_notes(entering, left if dist is not None else None)
-    given = {(f"{stage}.{k}" if shaper.is_pipeline else k): v for stage, values in plan.base.items()
-             for k, v in values.items()}
-    declares = any(ir.metas for ir in stage_irs(shaper))
-    fig.text(0.01, 0.01, caption(curves, metadata, source, given, declares), fontsize=7, va="bottom",
-             family="monospace")
+    fig.text(0.01, 0.01, foot_text, fontsize=7, va="bottom", family="monospace")
     try:
         _save(fig, out, fmt)
     finally:
@@ -244,6 +249,34 @@ def _gate_strips(ax, curves: Curves, verdicts: dict[str, dict[str, str]]) -> Non
     ax.set_ylim(-0.5, len(names) - 0.5)
     ax.tick_params(axis="x", labelbottom=True, labelsize=7)
     ax.set_xlabel("group gates on the correct curve (green open, gray closed, with the reason)", fontsize=8)
+
+
+def _effect_strips(ax, curves: Curves) -> None:
+    """One strip per term and factor of the correct curve, shaded where it applies, each run
+    labelled with its values there (a term's amount, a factor's multiplier)."""
+    xs = curves.xs
+    names = list(curves.effects)
+    for k, name in enumerate(names):
+        values = curves.effects[name]
+        idle = 0.0 if name.startswith("term ") else 1.0
+        applies = values != idle
+        y = len(names) - 1 - k
+        start = 0
+        for i in range(1, len(xs) + 1):
+            if i < len(xs) and applies[i] == applies[start]:
+                continue
+            if applies[start]:
+                lo, hi = xs[start], xs[i - 1]
+                run = values[start:i]
+                low, high = float(run.min()), float(run.max())
+                ax.barh(y, max(hi - lo, xs[1] - xs[0]), left=lo, height=0.8, color="tab:orange", alpha=0.45)
+                text = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+                ax.text((lo + hi) / 2, y, text, ha="center", va="center", fontsize=7)
+            start = i
+    ax.set_yticks(range(len(names)), list(reversed(names)), fontsize=7)
+    ax.set_ylim(-0.5, len(names) - 0.5)
+    ax.tick_params(axis="x", labelbottom=True, labelsize=7)
+    ax.set_xlabel("where each term and factor changes the correct curve, with its values there", fontsize=8)
 
 
 @dataclass

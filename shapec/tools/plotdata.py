@@ -42,6 +42,9 @@ class Curves:
     inputs: dict[str, str]  # every input -> how the probe sets it
     ylabel: str
     notes: list[str] = field(default_factory=list)
+    # every term (where not 0) and factor (where not 1) that shapes the correct curve somewhere: its
+    # value at each x, as the shaper computed it (a band factor where the band in effect applies)
+    effects: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def inputs_of(shaper) -> dict[str, str]:
@@ -171,6 +174,8 @@ def sweep(shaper, plan, channel: str, unit: str, max_length: float, metadata: di
     last = stage_irs(shaper)[-1]
     ylabel = "advantage" if last.produces == "advantage" else "shaped reward"
     curves = Curves(xs, result.rewards[::G], runs["wrong"][0].rewards[::G], result.gates, caption, ylabel)
+    curves.effects = {**{f"term {k}": v[::G] for k, v in result.terms.items() if np.any(v[::G] != 0)},
+                      **{f"factor {k}": v[::G] for k, v in result.factors.items() if np.any(v[::G] != 1)}}
     state = {ir.name: dict(saved.get(ir.name, {})) for ir in stage_irs(shaper)}
     traced = trace(shaper, correct, offsets, channels, metadata, params, None, state)
     shaper.load_state_dict(saved)

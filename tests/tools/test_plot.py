@@ -166,3 +166,32 @@ def test_the_caption_names_the_params_given_and_asks_for_metadata_only_where_the
     assert "params (from --config and --set; the others at their defaults): alpha = 0.5" in text
     assert "metadata" not in text and c.inputs["length"] == "the x axis"
     assert "metadata: none (give it with --meta NAME=VALUE)" in caption(c, {}, None, {}, declares_metadata=True)
+
+
+def test_a_band_is_shown_on_the_swept_axis_where_the_band_in_effect_changes_the_curve(tmp_path):
+    """nemo_rl's total band on the reasoning axis: the total is reasoning + answer (a quarter of the
+    range), so the band starts at a - answer; a group's own band overrides the global one."""
+    sets = ("global_band_total=[3000, 5000, 0.5]", "profile_band_total=true")
+    _, c = curves_of(tmp_path, "nemo_rl", *sets, max_length=8000)
+    factor = c.effects["factor band_total_multiplier"]
+    answer = 0.25 * 8000
+    first = c.xs[np.flatnonzero(factor != 1)[0]]
+    assert first == pytest.approx(3000 - answer, abs=1.01 * (c.xs[1] - c.xs[0]))
+    assert factor.min() == 0.5 and factor[c.xs >= 5000 - answer].max() == 0.5
+    _, own = curves_of(tmp_path, "nemo_rl", *sets, max_length=8000,
+                       metas=["profile_band={total: {a: 4000, b: 6000, f: 0.8}}"])
+    factor = own.effects["factor band_total_multiplier"]
+    assert factor.min() == 0.8 and own.xs[np.flatnonzero(factor != 1)[0]] == pytest.approx(
+        4000 - answer, abs=1.01 * (c.xs[1] - c.xs[0]))
+
+
+def test_every_jump_of_the_curve_lines_up_with_the_edge_of_a_term_or_factor(tmp_path):
+    _, c = curves_of(tmp_path, "nemo_rl", config=EXAMPLES / "nemo_rl_config.yaml",
+                     data=EXAMPLES / "rollouts.jsonl", layout=FlatLayout(None), grouping=Grouping(key="prompt_id"))
+    jumps = np.flatnonzero(np.abs(np.diff(c.correct)) > 0.03)
+    assert len(jumps) >= 2
+    edges = set()
+    for name, values in c.effects.items():
+        applies = values != (0.0 if name.startswith("term ") else 1.0)
+        edges |= set(np.flatnonzero(applies[1:] != applies[:-1]).tolist())
+    assert set(jumps.tolist()) <= edges
