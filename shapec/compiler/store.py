@@ -149,7 +149,7 @@ def value_checks() -> types.SimpleNamespace:
 
     def compile_all(module: types.ModuleType) -> types.SimpleNamespace:
         for name, signature in value_checks_source.SIGNATURES.items():
-            getattr(module, name).compile(signature)
+            _compile(getattr(module, name), signature)
         return types.SimpleNamespace(**{name: getattr(module, name) for name in value_checks_source.SIGNATURES})
 
     with _LOCK:
@@ -176,9 +176,17 @@ def _compiler(ir: ShaperIR) -> Callable[[types.ModuleType], object]:
         STATS["imported"] += 1
         entry, signature = kernel_names(ir)
         fn = getattr(module, entry)
-        fn.compile(getattr(module, signature))  # from numba's cache, or compiled into it
+        _compile(fn, getattr(module, signature))
         return fn
     return compile_kernel
+
+
+def _compile(fn, signature) -> None:
+    """The function's machine code for `signature`, from numba's cache or compiled into it. Under
+    NUMBA_DISABLE_JIT=1 `@njit` leaves plain Python functions, which run as they are (slowly, as the
+    user asked): nothing to compile, and nothing to remember as failed."""
+    if hasattr(fn, "compile"):
+        fn.compile(signature)
 
 
 def _checks_source() -> str:

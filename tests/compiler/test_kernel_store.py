@@ -375,3 +375,19 @@ def test_the_default_cache_folder_follows_xdg(monkeypatch, tmp_path):
     assert files.configured_cache() == tmp_path / "shapec"
     monkeypatch.delenv("XDG_CACHE_HOME")
     assert files.configured_cache() == Path.home() / ".cache" / "shapec"
+
+
+def test_numba_disable_jit_runs_the_python_functions_and_remembers_no_failure(kernels):
+    """NUMBA_DISABLE_JIT=1 (a user debugging) leaves plain functions: both backends shape as usual,
+    no `.failed` entry is written, and a later process compiles as if nothing had happened."""
+    both = f"""
+    import shapec
+    for backend in ("interpreter", "numba"):
+        s = shapec.compile_str({SPEC!r}, backend=backend).halve
+        print(s([1.0, 0.0], group_size=2).rewards.tolist())
+    """
+    plain = run_python(both, kernels.parent, NUMBA_DISABLE_JIT="1")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split("\n")[:2] == [str(EXPECTED)] * 2
+    assert not list(kernels.parent.rglob("*.failed"))
+    assert run_python(PROBE, kernels.parent).stdout.startswith(f"{EXPECTED} ")
