@@ -10,7 +10,9 @@ rollouts per prompt, pass-rate penalty, per-row total bands.
            groups for their metadata, the hand numba kernel of the same algorithms
            (hand_nemo_rl.py), one pass writing rewards back. It checks nothing.
 
-and the time-efficiency drop-in (apply_time_efficiency_reward, default config: every rollout
+the same in tokens when transformers is installed (a BPE tokenizer trained on the spot; the floor
+counts every text in one batched call, as the drop-in does), and the time-efficiency drop-in
+(apply_time_efficiency_reward, default config: every rollout
 charged lambda_time per minute of openhands_run_time) against its floor: one pass over the dicts for
 rewards, run times and function calls, the charge and the metrics in numpy, one pass writing back.
 
@@ -63,27 +65,36 @@ def make_results(groups: int, size: int, seed: int = 0) -> list[dict]:
 
 
 class Floor:
-    """The same rewards by hand: no checks, the hand kernel, params resolved once."""
+    """The same rewards by hand: no checks, the hand kernel, params resolved once; with a tokenizer,
+    the texts counted in one batched call."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, tokenizer=None):
         ir = shapec.load("nemo_rl", backend="numba").length_penalty.ir
         params = {k: v for k, v in DEFAULT.items() if k != "length_type"}
         self.pv, self.gb = hand.param_vector(validate_params(ir, params))
         self.size = size
+        self.tokenizer = tokenizer
 
     def __call__(self, results: list[dict]) -> None:
         n, k = len(results), self.size
-        rewards, reasoning, answer = np.empty(n), np.empty(n), np.empty(n)
+        rewards = np.empty(n)
+        texts = []
         for i, row in enumerate(results):
             full = row["full_result"]
             rewards[i] = full["reward"]
-            r = a = 0
+            r, a = [], []
             for item in full["response"]["output"]:
                 if item["type"] == "reasoning":
-                    r += sum(len(part["text"]) for part in item["summary"])
+                    r += [part["text"] for part in item["summary"]]
                 elif item["type"] == "message":
-                    a += sum(len(part["text"]) for part in item["content"])
-            reasoning[i], answer[i] = r, a
+                    a += [part["text"] for part in item["content"]]
+            texts += ["".join(r), "".join(a)]
+        if self.tokenizer is None:
+            counts = np.array([len(t) for t in texts], dtype=np.float64)
+        else:
+            ids = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+            counts = np.array([len(x) for x in ids], dtype=np.float64)
+        reasoning, answer = counts[0::2].copy(), counts[1::2].copy()
         G = n // k
         bands = np.full((3, G, 4), np.nan)
         bands[:, :, 3] = 0.0
@@ -103,6 +114,21 @@ class Floor:
                             np.empty((3, G), np.int64), np.empty(5), False)
         for row, value in zip(results, out.tolist()):
             row["full_result"]["reward"] = value
+
+
+def words_tokenizer():
+    """A Hugging Face BPE tokenizer trained here on the benchmark's letters (nothing downloaded), or
+    None without transformers."""
+    try:
+        import tokenizers
+        import transformers
+    except ImportError:
+        return None
+    rng = random.Random(5)
+    corpus = ["".join(rng.choice("ra ") for _ in range(2000)) for _ in range(50)]
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(unk_token="<unk>"))
+    tok.train_from_iterator(corpus, tokenizers.trainers.BpeTrainer(vocab_size=200, special_tokens=["<unk>"]))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
 
 
 def make_agent_results(n: int, seed: int = 1) -> list[dict]:
@@ -164,6 +190,7 @@ def compare(title: str, results: list[dict], runs: dict, repeat: int) -> None:
     if shaped["drop-in"] != shaped["floor"]:
         raise SystemExit(f"{title}: the floor's rewards differ from the drop-in's")
     med = interleaved(runs, reset, repeat)
+    reset()  # the next workload starts from the rows as they were made
     print(f"{title}: drop-in {med['drop-in'] * 1e3:7.1f} ms | floor {med['floor'] * 1e3:7.1f} ms | "
           f"drop-in / floor {med['drop-in'] / med['floor']:.2f}x (rewards identical)")
 
@@ -180,6 +207,16 @@ def main() -> None:
     compare(f"length penalties, {args.groups} x {args.size} NeMo-Gym dicts", results,
             {"drop-in": lambda: nemo_rl.apply_group_length_penalties(results, CONFIG, args.size),
              "floor": lambda: floor(results)}, args.repeat)
+    tokenizer = words_tokenizer()
+    if tokenizer is None:
+        print("token lengths: not measured (needs transformers and tokenizers: pip install -e '.[trl]')")
+    else:
+        token_config = {"default": {**DEFAULT, "length_type": "tokens"}}
+        token_floor = Floor(args.size, tokenizer)
+        compare(f"length penalties in tokens (a BPE tokenizer), {args.groups} x {args.size} NeMo-Gym dicts", results,
+                {"drop-in": lambda: nemo_rl.apply_group_length_penalties(results, token_config, args.size,
+                                                                          tokenizer=tokenizer),
+                 "floor": lambda: token_floor(results)}, max(3, args.repeat // 8))
     agents = make_agent_results(args.groups * args.size)
     config = TimeEfficiencyConfig(enabled=True)
     compare(f"time efficiency, {len(agents)} NeMo-Gym agent dicts", agents,

@@ -70,8 +70,26 @@ def response_texts(result: Any, where: str = "result") -> tuple[str, str]:
 def length_of(text: str, length_type: str, tokenizer: Any = None) -> int:
     """Tokens (without special tokens; 0 for empty text) or characters; chars when no tokenizer."""
     if length_type == "tokens" and tokenizer is not None:
-        return len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
+        return token_counts(tokenizer, [text])[0]
     return len(text)
+
+
+def token_counts(tokenizer: Any, texts: list[str]) -> list[int]:
+    """Each text's tokens without special tokens, as `tokenizer.encode(text, add_special_tokens=False)`
+    counts them (0 for an empty text, which is never encoded). A Hugging Face tokenizer is called
+    once on the whole list (its batch is the same encoding, run in Rust on every core); a tokenizer
+    that only has `encode` is asked text by text."""
+    at = [k for k, text in enumerate(texts) if text]
+    counts = [0] * len(texts)
+    if not at:
+        return counts
+    if callable(tokenizer):
+        ids = tokenizer([texts[k] for k in at], add_special_tokens=False)["input_ids"]
+    else:
+        ids = [tokenizer.encode(texts[k], add_special_tokens=False) for k in at]
+    for k, tokens in zip(at, ids):
+        counts[k] = len(tokens)
+    return counts
 
 
 def _plain_char_lengths(row: dict) -> tuple[int, int] | None:
@@ -202,11 +220,12 @@ def row_lengths(results, starts: range, group_size: int, per_group, tokenizer,
     enabled = np.repeat([bool(p["enabled"]) for p in per_group], sizes)
     tokens = np.repeat([p["length_type"] == "tokens" and tokenizer is not None for p in per_group], sizes)
     reasoning, answer = np.where(enabled, chars[0], 0.0), np.where(enabled, chars[1], 0.0)
-    for i in np.flatnonzero(enabled & (tokens | np.isnan(reasoning))).tolist():
-        length_type = per_group[i // group_size]["length_type"]
-        r_text, a_text = response_texts(results[i], f"results[{i}]")
-        reasoning[i] = length_of(r_text, length_type, tokenizer)
-        answer[i] = length_of(a_text, length_type, tokenizer)
+    reread = np.flatnonzero(enabled & (tokens | np.isnan(reasoning)))
+    texts = [response_texts(results[i], f"results[{i}]") for i in reread.tolist()]  # the first bad text raises
+    counted = tokens[reread]
+    by_tokens = iter(token_counts(tokenizer, [t for pair, tok in zip(texts, counted) if tok for t in pair]))
+    for i, (r_text, a_text), tok in zip(reread.tolist(), texts, counted):
+        reasoning[i], answer[i] = (next(by_tokens), next(by_tokens)) if tok else (len(r_text), len(a_text))
     return reasoning, answer
 
 
