@@ -13,13 +13,10 @@ checks are one-pass numba loops of its own (below).
 
 from __future__ import annotations
 
-import math
-import types
-
 import numpy as np
-from numba import njit
 
 import hand_nemo_rl as hand
+from shapec.compiler import store
 from shapec.runtime.params import validate_params
 
 _F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
@@ -29,7 +26,7 @@ CHANNELS = ("total", "reasoning", "answer")
 class HandCall:
     def __init__(self, ir):
         self.ir = ir
-        self.checks = CHECKS
+        self.checks = store.value_checks()
         self.params: dict = {}
         self.metric_names = tuple(m for m, _ in ir.metrics)
 
@@ -76,55 +73,3 @@ class HandCall:
         hand.length_penalty(r, offsets, reasoning, answer, low, bands, p_off, p_reward, p_length, pv, gb, out,
                             np.empty((12, 0)), np.empty((3, 0)), skip, gates, metrics, False)
         return out, skip, gates, dict(zip(self.metric_names, metrics.tolist()))
-
-
-# ------------------------------------------------------------------------- one-pass checks, by hand
-@njit(cache=True, nogil=True)
-def clean_values(arr, nonneg, allow_nan, whole):
-    """Every value finite (or NaN when allow_nan), >= 0 when nonneg, whole when whole: counted
-    over the whole array without an early exit, so the loop vectorizes."""
-    bad = 0
-    for i in range(arr.shape[0]):
-        v = arr[i]
-        finite = (v - v) == 0.0
-        bad += (not (finite or (allow_nan and v != v))) | (nonneg & (v < 0.0)) | (whole & finite & (v != np.floor(v)))
-    return bad == 0
-
-
-@njit(cache=True, nogil=True)
-def clean_offsets(off, total):
-    """Start at 0, never go back, end at `total`."""
-    if off.shape[0] < 1 or off[0] != 0 or off[off.shape[0] - 1] != total:
-        return False
-    for i in range(1, off.shape[0]):
-        if off[i] < off[i - 1]:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def band_rows(value, out):
-    """Fill `out` (G, 4: a, b, f, present) from a (G, 3) or (G, 4) table; False if any row is bad.
-
-    An absent row (three NaNs, or a 0 in the present column) becomes NaN, NaN, NaN, 0; a present
-    one must have finite a < b and 0 <= f <= 1."""
-    flagged = value.shape[1] == 4
-    for g in range(value.shape[0]):
-        a, b, f = value[g, 0], value[g, 1], value[g, 2]
-        if flagged:
-            flag = value[g, 3]
-            if flag != 0.0 and flag != 1.0:
-                return False
-            present = flag == 1.0
-        else:
-            present = not (math.isnan(a) and math.isnan(b) and math.isnan(f))
-        if present:
-            if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(f) and b > a and 0.0 <= f <= 1.0):
-                return False
-            out[g, 0], out[g, 1], out[g, 2], out[g, 3] = a, b, f, 1.0
-        else:
-            out[g, 0], out[g, 1], out[g, 2], out[g, 3] = math.nan, math.nan, math.nan, 0.0
-    return True
-
-
-CHECKS = types.SimpleNamespace(clean_values=clean_values, clean_offsets=clean_offsets, band_rows=band_rows)

@@ -152,6 +152,9 @@ def value_checks() -> types.SimpleNamespace:
             _compile(getattr(module, name), signature)
         return types.SimpleNamespace(**{name: getattr(module, name) for name in value_checks_source.SIGNATURES})
 
+    found = _LOADED.get(key)  # every call asks: a loaded module is returned without the lock
+    if found is not None:
+        return found
     with _LOCK:
         if key not in _LOADED:
             _LOADED[key] = stored(Entry("checks", f"value_checks_{key[:32]}.py", "the value checks",

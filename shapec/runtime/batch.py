@@ -109,8 +109,8 @@ class Checks:
     0/1 flags), in slot order; `add_bands` and `run_bands` do the same for band tables. Each array
     is read once by a compiled check (compiler/value_checks.py), which allocates nothing."""
 
-    def __init__(self, compiled=None):
-        self.compiled = compiled or store.value_checks()
+    def __init__(self):
+        self.compiled = store.value_checks()
         self.items: list[tuple[str, np.ndarray, str, bool]] = []
         self.tables: list[tuple[str, np.ndarray]] = []
 
@@ -156,18 +156,12 @@ class Binder:
         self.meta_names = [m.name for m in metas]
         self.meta_plans = [MetaPlan.of(m) for m in metas]
         self._offsets: dict[tuple[int, int], np.ndarray] = {}  # (n, group size) -> offsets, copied per call
-        self._checks = None  # the compiled value checks, from the store on the first call
-
-    def _compiled(self):
-        if self._checks is None:
-            self._checks = store.value_checks()
-        return self._checks
 
     def bind(self, rewards: Any, *, group_size: int | None = None, offsets: Any = None,
              channels: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
              reward_components: Any = None, allow_short_last_group: bool = False) -> Batch:
         """Validate a call's arrays (see the module's docstring) and make its Batch."""
-        checks = Checks(self._compiled())
+        checks = Checks()
         r = numeric("rewards", rewards)
         checks.add("rewards", r, "float")
         n = len(r)
