@@ -14,8 +14,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..ir.nodes import MAX_EXACT_INT
-from ..runtime.validate import BatchError, as_array, flag, show
+from ..runtime.validate import BatchError, as_array, flag, plain_number, show
 from ..run.nemo_gym_rows import has_run_time, rollout_calls, rollout_seconds
 from ..run.nemo_rl_config import TimeEfficiencyConfig, warn_unknown_keys
 from ._stdlib import stdlib_shaper
@@ -31,15 +30,6 @@ def _warn_missing_run_times(missing: int, n: int) -> None:
         warnings.warn(f"time efficiency: {missing} of {n} rows have no usable "
                       "full_result.openhands_run_time and are charged 0 minutes (counted in "
                       f"{PREFIX}missing_run_time; this warning is shown once)", stacklevel=3)
-
-
-def _plain_number(value: Any) -> float | None:
-    """A float or int that float() reads exactly and finitely, as a float; None for anything else."""
-    if type(value) is float:
-        return value if value - value == 0.0 else None
-    if type(value) is int and -MAX_EXACT_INT <= value <= MAX_EXACT_INT:
-        return float(value)
-    return None
 
 
 def read_rows(results: Sequence[dict[str, Any]]) -> tuple[list[dict], np.ndarray, np.ndarray, list, list, int]:
@@ -61,13 +51,13 @@ def read_rows(results: Sequence[dict[str, Any]]) -> tuple[list[dict], np.ndarray
             resolved[i] = True
         reward = fr.get("reward")
         if type(reward) is not float or reward - reward != 0.0:  # a finite float is the common case
-            reward = _plain_number(reward)
+            reward = plain_number(reward)
             if reward is None and errors[1] is None:
                 reward = _read(errors, 1, lambda: charged_reward(fr, i))
         rewards.append(reward or 0.0)
         run_time = fr.get("openhands_run_time")
         if type(run_time) is not float or run_time - run_time != 0.0:
-            run_time = _plain_number(run_time)
+            run_time = plain_number(run_time)
             if run_time is None:
                 missing += not has_run_time(result)
                 run_time = _read(errors, 2, lambda: rollout_seconds(result, i)) if errors[2] is None else 0.0

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.nodes import MAX_EXACT_INT
-from ..runtime.validate import BatchError, as_array, band, finite, flag, numeric, show
+from ..runtime.validate import BatchError, as_array, band, finite, flag, numeric, plain_number, show
 
 CHANNELS = ("total", "reasoning", "answer")
 
@@ -249,12 +249,10 @@ def _plain_band(value: Any) -> tuple[float, float, float, float] | None:
     else, which band() then checks and words."""
     if type(value) is not dict or len(value) != 3:
         return None
-    a, b, f = value.get("a"), value.get("b"), value.get("f")
-    if not all(type(x) is float or (type(x) is int and abs(x) <= MAX_EXACT_INT) for x in (a, b, f)):
+    a, b, f = plain_number(value.get("a")), plain_number(value.get("b")), plain_number(value.get("f"))
+    if a is None or b is None or f is None or not (a < b and 0 <= f <= 1):
         return None
-    if not (-math.inf < a < b < math.inf and 0 <= f <= 1):
-        return None
-    return float(a), float(b), float(f), 1.0
+    return a, b, f, 1.0
 
 
 def _profiled(row: Mapping, i: int) -> tuple[np.ndarray, np.ndarray]:
