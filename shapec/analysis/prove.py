@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, post_order
+from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, walk
 from ..syntax.source import Span
 from . import static
 from .properties import Goal, goals
@@ -103,7 +103,7 @@ def outside_defaults(ir: ShaperIR) -> list[Goal]:
 
 def defaults_read(ir: ShaperIR, when: Node) -> dict:
     """The params a `when` reads, at their defaults (what W705 names)."""
-    names = {n.attr[1] for n in post_order(when, lambda x: x.args, {}) if n.op is Op.REF and n.attr[0] == "param"}
+    names = {n.attr[1] for n in walk(when) if n.op is Op.REF and n.attr[0] == "param"}
     return {s.name: s.default for s in ir.params if s.name in names}
 
 

@@ -125,14 +125,20 @@ def _span_of(v: Verdict) -> Span:
     return v.shaper.result.span if v.shaper.result is not None else Span.none()
 
 
+def _replay(v: Verdict, spec: str, folder: Path | None) -> str:
+    """`; replay: shapec explain ...` for a counterexample written to `folder` (none without a folder,
+    or for one with its own env_reward, which a file's rows cannot carry: their env_reward is their reward)."""
+    if folder is None or v.found.case.env_rewards is not None:
+        return ""
+    path = write_counterexample(v, folder)
+    return f"; replay: {replay_command(v, v.shaper.filename if v.pipeline else spec, path)}"
+
+
 def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list[Diagnostic]:
     out = []
     for v in verdicts:
         if v.status == "refuted" and (v.goal.declared or v.goal.prop in REFUTED_WARNING and not v.goal.outside):
-            where = ""
-            if folder is not None and v.found.case.env_rewards is None:  # a file's env_reward is its reward
-                path = write_counterexample(v, folder)
-                where = f"; replay: {replay_command(v, v.shaper.filename if v.pipeline else spec, path)}"
+            where = _replay(v, spec, folder)
             code = REFUTED_ERROR[v.goal.prop] if v.goal.declared else REFUTED_WARNING[v.goal.prop]
             severity = "error" if v.goal.declared else "warning"
             out.append(Diagnostic(code, f"{v.who}: {v.goal.title()} refuted: {describe(v)}{where}",
@@ -144,10 +150,7 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
                 out.append(Diagnostic(code, f"{what} breaks it: without it the counterexample keeps the property",
                                       span, "note"))
         elif v.status == "refuted" and v.goal.at_defaults is not None:
-            where = ""
-            if folder is not None and v.found.case.env_rewards is None:
-                path = write_counterexample(v, folder)
-                where = f"; replay: {replay_command(v, v.shaper.filename if v.pipeline else spec, path)}"
+            where = _replay(v, spec, folder)
             read = ", ".join(f"{k} = {_yaml(p)}" for k, p in defaults_read(v.shaper, v.goal.at_defaults.when).items())
             out.append(Diagnostic("W705", f"{v.who}: {v.goal.title()} is declared under a `when` the defaults do "
                                   f"not meet ({read}), and at the defaults it is refuted: {describe(v)}{where}",

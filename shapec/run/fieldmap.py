@@ -11,12 +11,12 @@ path, or a comparison for anything but a bool input is refused before any row is
 
 from __future__ import annotations
 
-import difflib
 import math
 import operator
 import re
 from dataclasses import dataclass
 
+from .grouping import closest
 from .spec import stage_irs
 
 OPS = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt,
@@ -78,8 +78,8 @@ def read_map(shaper, entries: list[tuple[str, str, object]]) -> dict[str, Source
             raise MapError(f"{where}: the reward is read from and written back to the field 'reward'; --map "
                            f"names the spec's inputs and metadata")
         if name not in inputs and name not in metas:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean {close[0]!r}? " if close else ""
+            close = closest(name, known, cutoff=0.6)
+            hint = f"did you mean {close!r}? " if close else ""
             raise MapError(f"{where}: {shaper.name!r} has no input or metadata {name!r}; {hint}"
                            f"it reads {', '.join(map(repr, known)) or 'nothing from the rows'}")
         try:

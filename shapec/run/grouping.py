@@ -23,7 +23,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..paths import printable
-from .readers import MISSING, ArrowBlock, BadLine, RowError, RowsBlock, got
+from .lines import got
+from .readers import MISSING, ArrowBlock, BadLine, RowError, RowsBlock
 from .spec import ToolError
 
 

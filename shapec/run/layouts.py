@@ -25,7 +25,8 @@ from ..ir.nodes import MAX_EXACT_INT, UNITS
 from .fieldmap import Source
 from .groupmeta import GroupMeta, arrow_meta, struct_fields
 from .grouping import Chunk, absent_fields, closest
-from .readers import MISSING, ArrowBlock, BadLine, RowError, field_value, get_path, is_list_type, got as _got
+from .lines import got as _got
+from .readers import MISSING, ArrowBlock, BadLine, RowError, field_value, get_path, is_list_type
 from .spec import ToolError
 
 

@@ -13,6 +13,7 @@ the next, which chunks shaped side by side cannot do: it is refused.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import warnings
 from itertools import islice
@@ -90,26 +91,32 @@ def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str, breakd
 
 
 def quiet_ray() -> None:
-    """Ray's own lines on stderr at warning level and above, as shapec's are: its INFO lines (token
-    authentication, every Ray Data execution plan and progress report) would bury the run's summary.
-    Only Ray's loggers change; the user's logging configuration is left as it is. (Ray's own notice that
-token authentication is enabled comes from its core, not a logger, and stays.)"""
+    """Ray's own lines on stderr at warning level and above, as shapec's are: its INFO lines (every
+    Ray Data execution plan and progress report) would bury the run's summary. Only Ray's loggers
+    change; the user's logging configuration is left as it is. (Ray's notice that token
+    authentication is enabled comes from its core, not a logger, and stays.)"""
     import logging
 
-    with warnings.catch_warnings():  # its notes on its own deprecated settings, as in _shape_window
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+    with _without_ray_deprecations():
         import ray.data  # configures its logger on import: set the level after it
 
     for name in ("ray", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+@contextlib.contextmanager
+def _without_ray_deprecations():
+    """Ray Data's notes on its own deprecated settings, which shapec never sets, are not shown."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+        yield
+
+
 def _shape_window(ray, window: list, payload: bytes) -> Iterator:
     items = [{"chunk": i, "payload": pickle.dumps(chunk)} for i, chunk in enumerate(window)]
     workers = max(1, min(len(window), int(ray.available_resources().get("CPU", 1))))
     shaper_class = type("ShapeChunks", (_ShapeChunks,), {"payload": payload})
-    with warnings.catch_warnings():  # Ray Data's notes on its own deprecated settings, which shapec never sets
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+    with _without_ray_deprecations():
         shaped = (ray.data.from_items(items)
                   .groupby("chunk")
                   .map_groups(shaper_class, batch_format="numpy",

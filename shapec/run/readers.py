@@ -7,7 +7,6 @@ and Parquet columns alike.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any, Iterator
 from ..paths import not_a_file, path_kind, printable
 from .spec import ToolError
 
-from .lines import MISSING, BadLine, got, parse_line
+from .lines import MISSING, BadLine, parse_line
 
 
 @dataclass(frozen=True)

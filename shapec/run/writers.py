@@ -16,8 +16,8 @@ import numpy as np
 from ..paths import printable
 from .atomic import AtomicFile, OutputError, reason_of
 from .grouping import Chunk
-from .readers import (MISSING, ArrowBlock, BadLine, get_path, got, input_format, is_list_type, rows_schema,
-                      widen)
+from .lines import got
+from .readers import MISSING, ArrowBlock, BadLine, get_path, input_format, is_list_type, rows_schema, widen
 from .spec import ToolError
 
 

@@ -228,55 +228,56 @@ def state_notes(entering: dict, left: dict | None) -> list[str]:
 
 def _gate_strips(ax, curves: Curves, verdicts: dict[str, dict[str, str]]) -> None:
     """One strip per group gate: green where open, gray where closed, each run labelled with its reason."""
-    xs = curves.xs
-    names = list(curves.gates)
-    for k, name in enumerate(names):
+    def draw(name: str):
         reasons = curves.gates[name]
-        y = len(names) - 1 - k
-        start = 0
-        for i in range(1, len(xs) + 1):
-            if i < len(xs) and reasons[i] == reasons[start]:
-                continue
+        for start, end in _runs(reasons):
             is_open = verdicts[name].get(reasons[start], "closed") == "open"
-            lo, hi = xs[start], xs[i - 1]
-            ax.barh(y, max(hi - lo, xs[1] - xs[0]), left=lo, height=0.8,
-                    color="tab:green" if is_open else "lightgray", alpha=0.6)
             verdict = "open" if is_open else "closed"
-            text = verdict if reasons[start] == verdict else f"{verdict}: {reasons[start]}"
-            ax.text((lo + hi) / 2, y, text, ha="center", va="center", fontsize=7)
-            start = i
-    ax.set_yticks(range(len(names)), [f"gate {n}" for n in reversed(names)], fontsize=7)
-    ax.set_ylim(-0.5, len(names) - 0.5)
-    ax.tick_params(axis="x", labelbottom=True, labelsize=7)
-    ax.set_xlabel("group gates on the correct curve (green open, gray closed, with the reason)", fontsize=8)
+            yield (start, end, "tab:green" if is_open else "lightgray", 0.6,
+                   verdict if reasons[start] == verdict else f"{verdict}: {reasons[start]}")
+
+    _strips(ax, curves.xs, {f"gate {n}": draw(n) for n in curves.gates},
+            "group gates on the correct curve (green open, gray closed, with the reason)")
 
 
 def _effect_strips(ax, curves: Curves) -> None:
     """One strip per term and factor of the correct curve, shaded where it applies, each run
     labelled with its values there (a term's amount, a factor's multiplier)."""
-    xs = curves.xs
-    names = list(curves.effects)
-    for k, name in enumerate(names):
+    def draw(name: str):
         values = curves.effects[name]
-        idle = 0.0 if name.startswith("term ") else 1.0
-        applies = values != idle
-        y = len(names) - 1 - k
-        start = 0
-        for i in range(1, len(xs) + 1):
-            if i < len(xs) and applies[i] == applies[start]:
-                continue
+        applies = values != (0.0 if name.startswith("term ") else 1.0)
+        for start, end in _runs(applies):
             if applies[start]:
-                lo, hi = xs[start], xs[i - 1]
-                run = values[start:i]
-                low, high = float(run.min()), float(run.max())
-                ax.barh(y, max(hi - lo, xs[1] - xs[0]), left=lo, height=0.8, color="tab:orange", alpha=0.45)
-                text = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
-                ax.text((lo + hi) / 2, y, text, ha="center", va="center", fontsize=7)
+                low, high = float(values[start:end].min()), float(values[start:end].max())
+                yield start, end, "tab:orange", 0.45, f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+
+    _strips(ax, curves.xs, {n: draw(n) for n in curves.effects},
+            "where each term and factor changes the correct curve, with its values there")
+
+
+def _runs(keys) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal keys along the x axis."""
+    out, start = [], 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            out.append((start, i))
             start = i
-    ax.set_yticks(range(len(names)), list(reversed(names)), fontsize=7)
-    ax.set_ylim(-0.5, len(names) - 0.5)
+    return out
+
+
+def _strips(ax, xs: np.ndarray, rows: dict, xlabel: str) -> None:
+    """A strip per row, top to bottom: each (start, end, color, alpha, text) a bar over xs[start:end]
+    with its text in the middle."""
+    for k, (name, bars) in enumerate(rows.items()):
+        y = len(rows) - 1 - k
+        for start, end, color, alpha, text in bars:
+            lo, hi = xs[start], xs[end - 1]
+            ax.barh(y, max(hi - lo, xs[1] - xs[0]), left=lo, height=0.8, color=color, alpha=alpha)
+            ax.text((lo + hi) / 2, y, text, ha="center", va="center", fontsize=7)
+    ax.set_yticks(range(len(rows)), list(reversed(rows)), fontsize=7)
+    ax.set_ylim(-0.5, len(rows) - 0.5)
     ax.tick_params(axis="x", labelbottom=True, labelsize=7)
-    ax.set_xlabel("where each term and factor changes the correct curve, with its values there", fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=8)
 
 
 @dataclass
