@@ -127,7 +127,7 @@ def throughput(shaper_nb, shaper_par, shaper_in, n: int, group_size: int, slow: 
     assert np.array_equal(shaper_par(rewards, **kw).rewards, shaped)
     row["parallel_call"] = best_of(lambda: shaper_par(rewards, **kw), repeat)
     # the kernel alone, on arguments prepared once
-    from shapec.runtime.batch import make_batch as mk
+    from shapec.runtime.binder import make_batch as mk
 
     ir = shaper_nb.ir
     batch = mk(None, rewards, group_size=group_size, channels=channels, inputs_needed=ir.inputs)

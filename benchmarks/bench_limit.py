@@ -37,7 +37,7 @@ import numpy as np
 import hand_nemo_rl as hand
 import shapec
 from hand_call import HandCall
-from shapec.runtime.batch import make_batch
+from shapec.runtime.binder import make_batch
 from shapec.runtime.params import validate_params
 from shapec.runtime.shaper import CompiledShaper
 

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..ir.nodes import ROLLOUT, Ensure, ShaperIR, Type
-from ..runtime.batch import BatchError, make_batch
+from ..runtime.batch import BatchError
+from ..runtime.binder import make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import ParamError, param_arrays
 from .cases import (REWARDS, ROUND, Case, boundary_params, in_range, param_values, pinned_params, random_case,

@@ -17,7 +17,7 @@ from typing import Any, Hashable, Mapping, Sequence
 import numpy as np
 
 from ..api import CompiledModule, compile_file, load
-from ..runtime.batch import channel_arrays
+from ..runtime.binder import channel_arrays
 from ..runtime.shaper import CompiledShaper, Result
 from ..runtime.validate import finite, numeric, show
 

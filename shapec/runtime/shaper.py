@@ -15,7 +15,8 @@ import numpy as np
 
 from ..ir.nodes import PipelineIR, ShaperIR
 from .helptext import documented
-from .batch import Batch, Binder, declaration
+from .batch import Batch, declaration
+from .binder import binder
 from .batch_reach import first_meta_read, where
 from .interp import Interpreter, StageOutput
 from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve
@@ -196,7 +197,7 @@ class CompiledShaper:
         # stateless shapers stay lock-free: only a read-compute-write of state needs one
         self._lock = threading.Lock() if any(s.states for s, _ in self.stages) else nullcontext()
         # the inputs and metadata every call validates, planned once: a training loop calls this every step
-        self._binder = Binder(tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items()),
+        self._binder = binder(tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items()),
                               tuple({m.name: m for s, _ in self.stages for m in s.metas}.values()))
         self._warned: set[str] = set()
         self._bound: dict[tuple, Bound] = {}  # params_key -> Bound, the oldest dropped past BOUND_PARAMS
@@ -344,9 +345,8 @@ class CompiledShaper:
 
     def _batch(self, rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
                allow_short_last_group) -> Batch:
-        batch = self._binder.bind(rewards, group_size=group_size, offsets=offsets, channels=channels,
-                                  metadata=metadata, reward_components=reward_components,
-                                  allow_short_last_group=allow_short_last_group)
+        batch = self._binder(rewards, group_size, offsets, channels, metadata, reward_components,
+                             allow_short_last_group)
         if env_rewards is None:
             batch.env_rewards = batch.rewards.copy()
         else:

@@ -114,7 +114,7 @@ def channel_values(shaper, channel: str, inputs: dict[str, np.ndarray]) -> np.nd
 
 
 def _eval_channel(ir: ShaperIR, node: Node, inputs: dict) -> np.ndarray:
-    from ..runtime.batch import make_batch
+    from ..runtime.binder import make_batch
     from ..runtime.interp import Interpreter
     from ..runtime.params import param_arrays, validate_params
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type, walk
-from ..runtime.batch import Batch, make_batch
+from ..runtime.batch import Batch
+from ..runtime.binder import make_batch
 from ..runtime.interp import Interpreter
 from ..runtime.params import param_arrays
 

@@ -200,7 +200,7 @@ def test_values_the_analysis_calls_defined_are_never_missing(key, sizes, seed, p
     from shapec.compiler.lowering.definedness import FINITE, NUMBER
     from shapec.compiler.lowering.stage import StageLowering
     from shapec.compiler.lowering.names import Namer
-    from shapec.runtime.batch import make_batch
+    from shapec.runtime.binder import make_batch
     from shapec.runtime.interp import Interpreter
     from shapec.runtime.params import param_arrays
 

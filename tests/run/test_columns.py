@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import shapec
-from shapec.runtime.batch import BatchError, make_batch
+from shapec.runtime.batch import BatchError
+from shapec.runtime.binder import make_batch
 from shapec.run import rundata
 from shapec.tools.config import build_plan
 from shapec.run.groupmeta import arrow_meta

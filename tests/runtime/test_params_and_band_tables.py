@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.runtime.batch import BatchError, make_batch
+from shapec.runtime.batch import BatchError
+from shapec.runtime.binder import make_batch
 from shapec.runtime.params import ParamError, param_arrays
 
 

@@ -1,0 +1,377 @@
+"""A shaper's binder, generated: the one function that turns a call's arguments into a Batch.
+
+A training loop calls a shaper every step, often on a handful of groups, so what a call costs
+beside its kernel is Python: a loop over a plan, a closure per metadata field, a dispatch on each
+field's kind. The binder of a shaper is therefore written once, when the shaper is compiled, as
+straight-line Python for exactly the inputs and metadata it reads (built as `ast` nodes: its names
+are the few below and its literals are the shaper's names and labels as constants, so no spec text
+becomes code). It runs in the two steps batch.py describes:
+
+1. every argument in array form (`numeric`, and the form readers below for metadata), a form
+   that cannot be one named at once, in argument order;
+2. every array's values checked by one compiled pass each (compiler/value_checks.py), in the same
+   order, the validators wording an error only when a pass fails; band tables last.
+
+The generated code calls only the helpers of NAMESPACE; what it does for each kind of argument is
+written in them, once, in plain Python.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..compiler import store
+from ..ir.nodes import MetaSpec, ShaperIR
+from .batch import NONNEG, Batch, MetaPlan, checked, hint, make_offsets, no_bands
+from .validate import BatchError, as_array, band, band_table, check_offsets, exact, integers, numeric, show
+
+ARGUMENTS = ("rewards", "group_size", "offsets", "channels", "metadata", "reward_components",
+             "allow_short_last_group")
+
+
+# ------------------------------------------------------------------ helpers the generated code calls
+def group_offsets(n: int, group_size: Any, offsets: Any, allow_short_last_group: bool) -> np.ndarray:
+    """The call's group boundaries (make_offsets), the common `group_size=k` without its checks."""
+    if offsets is None and type(group_size) is int and group_size > 0 and n % group_size == 0:
+        return np.arange(0, n + 1, group_size, dtype=np.int64) if n else np.zeros(1, dtype=np.int64)
+    return make_offsets(n, group_size, offsets, allow_short_last_group)
+
+
+def mapping(name: str, value: Any) -> Mapping:
+    """`channels` or `metadata`: a mapping (None is an empty one)."""
+    if type(value) is dict:  # the common case, before the slower ABC check
+        return value
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise BatchError(f"{name}: expected a mapping of names to values, got {type(value).__name__}")
+    return value
+
+
+def known_keys(metadata: Mapping, names: tuple[str, ...]) -> None:
+    for key in metadata:
+        if key not in names:
+            raise BatchError(f"metadata: unknown key {key!r}{hint(key, names)}; "
+                             f"the shaper's metadata: {', '.join(map(repr, names)) or 'none'}")
+
+
+def missing_input(channels: Mapping, names: tuple[str, ...], name: str, typ: str):
+    extra = [k for k in channels if k not in names]
+    unknown = "".join(f"; got unknown channel {k!r}{hint(k, names)}" for k in extra)
+    raise BatchError(f"channels: missing input {name!r} ({typ}, one value per rollout){unknown}")
+
+
+def absent_names(metadata: Mapping, names: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(m for m in names if m not in metadata)
+
+
+def per_group(name: str, value: Any, G: int) -> list:
+    """Per-group entries: a list, tuple or 1-d array of exactly G of them."""
+    if isinstance(value, np.ndarray) and value.ndim == 1 or isinstance(value, (list, tuple)):
+        if len(value) != G:
+            raise BatchError(f"{name}: expected {G} entries (one per group), got {len(value)}")
+        return list(value)
+    raise BatchError(f"{name}: expected one entry per group ({G}), got {type(value).__name__}")
+
+
+def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | None:
+    if row is None:
+        return None
+    if not isinstance(row, Mapping):
+        raise BatchError(f"{name}: group {g}: expected a mapping with {fields} or None, got {show(row)}")
+    for key in row:
+        if key not in fields:
+            raise BatchError(f"{name}: group {g}: unknown field {key!r}{hint(key, fields)}; fields: {fields}")
+    return row
+
+
+def scalar_column(name: str, value: Any, G: int) -> np.ndarray:
+    """One number per group, NaN where a group has none (None, or the whole value None)."""
+    value = as_array(name, value)
+    if value is None:
+        return np.full(G, math.nan)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        return numeric(name, value, G, "group")
+    return numeric(name, [math.nan if v is None else v for v in per_group(name, value, G)], G, "group")
+
+
+def band_column(name: str, value: Any, G: int) -> np.ndarray:
+    """Per-group bands as a C-contiguous float64 (G, 3) or (G, 4) table for the compiled band check:
+    a numeric array as given, or per-group {a, b, f} entries (None: no band), checked as read."""
+    value = as_array(name, value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
+        if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
+            raise BatchError(f"{name}: expected shape ({G}, 3) or ({G}, 4), got {value.shape}")
+        if value.dtype.kind in "iu":
+            exact(name, value)
+        return np.ascontiguousarray(value, dtype=np.float64)
+    out = no_bands(G)
+    if value is not None:
+        for g, block in enumerate(per_group(name, value, G)):
+            if block is not None:
+                out[g] = (*band(f"{name}: group {g}", block), 1.0)
+    return out
+
+
+def record_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
+    """A record's fields, in declaration order (scalar_column's or band_column's form): from None,
+    a mapping of field -> per-group column, or per-group rows (None or mappings)."""
+    name, fields = plan.label, plan.names
+    rows = None
+    if isinstance(value, Mapping):
+        if not value.keys() <= plan.field_keys:
+            for key in value:
+                if key not in fields:
+                    raise BatchError(f"{name}: unknown field {key!r}{hint(key, fields)}; fields: {fields}")
+    elif value is not None:
+        rows = [_row_mapping(name, g, row, fields) for g, row in enumerate(per_group(name, value, G))]
+    columns = []
+    for fname, ftype, _, label in plan.fields:
+        if rows is None:
+            col = value.get(fname) if value is not None else None
+        else:
+            col = [row.get(fname) if row is not None else None for row in rows]
+            if ftype == "band":  # a key left out is no band; a key set to null is a malformed one
+                for g, row in enumerate(rows):
+                    if row is not None and fname in row and row[fname] is None:
+                        raise BatchError(f"{label}: group {g}: null; a band key that is present "
+                                         f"must hold a band {{a, b, f}} (leave the key out for no band)")
+        columns.append(band_column(label, col, G) if ftype == "band" else scalar_column(label, col, G))
+    return tuple(columns)
+
+
+def list_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
+    """List metadata as (offsets, field arrays in declaration order): from {"offsets": (G+1,)
+    integers, field: values, ...}, or per group a record of equal-length lists (None or a partial
+    record: no items; zip semantics, the shortest list decides), whose values are checked as read."""
+    if isinstance(value, Mapping):
+        return _flat_list(plan, value, G)
+    spec, name, fields = plan.spec, plan.label, plan.names
+    rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
+                                             for g, row in enumerate(per_group(name, value, G))]
+    lengths, cols = [], {f: [] for f in fields}
+    for g, row in enumerate(rows):
+        lists = [row.get(f) if row is not None else None for f in fields]
+        if any(v is None for v in lists):
+            lengths.append(0)  # absent or partial: the group has no items
+            continue
+        arrays = [checked(f"{name}: group {g}, {f}", numeric(f"{name}: group {g}, {f}", v, None, "item"), t)
+                  for (f, t), v in zip(spec.fields, lists)]
+        k = min(len(a) for a in arrays)
+        lengths.append(k)
+        for f, a in zip(fields, arrays):
+            cols[f].append(a[:k])
+    off = np.zeros(G + 1, dtype=np.int64)
+    off[1:] = np.cumsum(lengths)
+    return off, tuple(np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields)
+
+
+def _flat_list(plan: MetaPlan, value: Mapping, G: int) -> tuple:
+    """{"offsets": ..., field: values, ...}: every field as long as the offsets say."""
+    name, fields, expected = plan.label, plan.names, plan.expected
+    if value.keys() != plan.expected_keys:
+        for key in expected:
+            if key not in value:
+                raise BatchError(f"{name}: missing {key!r}; expected {{'offsets': ..., "
+                                 f"{', '.join(repr(f) + ': ...' for f in fields)}}}")
+        for key in value:
+            if key not in expected:
+                raise BatchError(f"{name}: unknown key {key!r}{hint(key, expected)}; expected {expected}")
+    off = integers(plan.offsets_label, value["offsets"])
+    if len(off) != G + 1:
+        raise BatchError(f"{name}.offsets: expected {G + 1} values (groups + 1), got {len(off)}")
+    columns = tuple(numeric(label, value[f], None, "item") for f, label in zip(fields, plan.item_labels))
+    total = len(columns[0])
+    for f, column in zip(fields[1:], columns[1:]):
+        if len(column) != total:
+            raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(column)}")
+    if not store.value_checks().clean_offsets(off, total):
+        check_offsets(plan.offsets_label, off, total, f"{fields[0]!r} items")
+    return off, columns
+
+
+def bad_values(name: str, arr: np.ndarray, typ: str, allow_nan: bool) -> None:
+    """A compiled check failed: the validator words the first bad value (and raises)."""
+    checked(name, arr, typ, allow_nan)
+
+
+def band_rows(name: str, table: np.ndarray) -> np.ndarray:
+    """A band table as (G, 4) rows (a, b, f, present), by the compiled check; band_table words a bad row."""
+    out = np.empty((len(table), 4))
+    return out if store.value_checks().band_rows(table, out) else band_table(name, table, len(table))
+
+
+NAMESPACE = {f.__name__: f for f in (numeric, group_offsets, mapping, known_keys, missing_input, absent_names,
+                                     scalar_column, band_column, record_columns, list_columns, bad_values, band_rows)}
+
+
+# ------------------------------------------------------------------ the generator
+def _name(id_: str, store_: bool = False) -> ast.Name:
+    return ast.Name(id_, ast.Store() if store_ else ast.Load())
+
+
+def _const(value: Any) -> ast.Constant:
+    assert value is None or isinstance(value, (str, int, float, bool, tuple)), value
+    return ast.Constant(value)
+
+
+def _call(fn: str, *args: ast.expr) -> ast.Call:
+    return ast.Call(_name(fn), list(args), [])
+
+
+def _target(target: str | list) -> ast.expr:
+    """A name, or a (nested) tuple of names to unpack into."""
+    if isinstance(target, str):
+        return _name(target, True)
+    return ast.Tuple([_target(t) for t in target], ast.Store())
+
+
+def _assign(target: str | list, value: ast.expr) -> ast.Assign:
+    return ast.Assign([_target(target)], value)
+
+
+def _dict(items: list[tuple[str, ast.expr]]) -> ast.Dict:
+    return ast.Dict([_const(k) for k, _ in items], [v for _, v in items])
+
+
+class _Plan:
+    """The statements of one binder: forms first, then value checks, then band rows, then the Batch."""
+
+    def __init__(self):
+        self.forms: list[ast.stmt] = []
+        self.values: list[ast.stmt] = []
+        self.bands: list[ast.stmt] = []
+        self.count = 0
+
+    def fresh(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def check(self, var: str, label: str, typ: str, allow_nan: bool) -> None:
+        """`if not clean(var, ...): bad_values(...)`, then a bool column as 0/1 flags."""
+        test = ast.UnaryOp(ast.Not(), ast.Call(ast.Attribute(_name("checks"), "clean_values", ast.Load()), [
+            _name(var), _const(typ in NONNEG), _const(allow_nan), _const(typ == "int")], []))
+        fail = ast.Expr(_call("bad_values", _const(label), _name(var), _const(typ), _const(allow_nan)))
+        self.values.append(ast.If(test, [fail], []))
+        if typ == "bool":
+            self.values.append(_assign(var, ast.Call(ast.Attribute(_name("checks"), "as_flags", ast.Load()),
+                                                     [_name(var)], [])))
+
+    def band(self, var: str, label: str) -> None:
+        self.bands.append(_assign(var, _call("band_rows", _const(label), _name(var))))
+
+
+def binder_source(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]) -> tuple[ast.Module, dict]:
+    """The binder's module (a function `bind`) and the MetaPlans it reads by name."""
+    plan, plans = _Plan(), {}
+    input_names, meta_names = tuple(n for n, _ in inputs), tuple(m.name for m in metas)
+    forms = plan.forms
+    forms += [_assign("rewards", _call("numeric", _const("rewards"), _name("rewards"))),
+              _assign("n", _call("len", _name("rewards"))),
+              _assign("offsets", _call("group_offsets", *map(_name, ("n", "group_size", "offsets",
+                                                                       "allow_short_last_group")))),
+              _assign("G", ast.BinOp(_call("len", _name("offsets")), ast.Sub(), _const(1))),
+              _assign("channels", _call("mapping", _const("channels"), _name("channels"))),
+              _assign("metadata", _call("mapping", _const("metadata"), _name("metadata"))),
+              ast.Expr(_call("known_keys", _name("metadata"), _const(meta_names)))]
+    plan.check("rewards", "rewards", "float", False)
+    inputs_dict = []
+    for name, typ in inputs:
+        var, label = plan.fresh("input_"), f"channels[{name!r}]"
+        read = _call("numeric", _const(label), ast.Subscript(_name("channels"), _const(name), ast.Load()), _name("n"))
+        missing = _call("missing_input", _name("channels"), _const(input_names), _const(name), _const(typ))
+        forms.append(_assign(var, ast.IfExp(ast.Compare(_const(name), [ast.In()], [_name("channels")]), read, missing)))
+        plan.check(var, label, typ, False)
+        inputs_dict.append((name, _name(var)))
+    forms.append(ast.If(ast.Compare(_name("reward_components"), [ast.IsNot()], [_const(None)]), [
+        _assign("reward_components", _call("numeric", _const("reward_components"), _name("reward_components"),
+                                           _name("n")))], []))
+    components_check = _Plan()
+    components_check.check("reward_components", "reward_components", "components", False)
+    plan.values.append(ast.If(ast.Compare(_name("reward_components"), [ast.IsNot()], [_const(None)]),
+                              components_check.values, []))
+    forms.append(_assign("absent", ast.IfExp(
+        ast.Compare(_call("len", _name("metadata")), [ast.Eq()], [_const(len(meta_names))]), _const(()),
+        _call("absent_names", _name("metadata"), _const(meta_names)))))
+    metas_dict, bands_dict, lists_dict = [], [], []
+    for spec in metas:
+        meta = MetaPlan.of(spec)
+        given = ast.Call(ast.Attribute(_name("metadata"), "get", ast.Load()), [_const(spec.name)], [])
+        if spec.kind == "list":
+            plans[plan_name := plan.fresh("plan_")] = meta
+            off, fields = plan.fresh("list_offsets_"), [plan.fresh("list_field_") for _ in spec.fields]
+            forms.append(_assign([off, fields], _call("list_columns", _name(plan_name), given, _name("G"))))
+            for var, (f, t), label in zip(fields, spec.fields, meta.item_labels):
+                plan.check(var, label, t, False)
+            lists_dict.append((spec.name, ast.Tuple([_name(off), _dict([(f, _name(v)) for (f, _), v in
+                                                                         zip(spec.fields, fields)])], ast.Load())))
+            continue
+        if spec.kind == "record":
+            plans[plan_name := plan.fresh("plan_")] = meta
+            columns = [(plan.fresh("field_"), ftype, path, label) for _, ftype, path, label in meta.fields]
+            forms.append(_assign([v for v, *_ in columns], _call("record_columns", _name(plan_name), given,
+                                                                  _name("G"))))
+        else:
+            var = plan.fresh("meta_")
+            reader = "band_column" if spec.type == "band" else "scalar_column"
+            forms.append(_assign(var, _call(reader, _const(meta.label), given, _name("G"))))
+            columns = [(var, spec.type, spec.name, meta.label)]
+        for var, ftype, path, label in columns:
+            if ftype == "band":
+                plan.band(var, label)
+                bands_dict.append((path, _name(var)))
+            else:
+                plan.check(var, label, ftype, True)  # NaN: missing for that group
+                metas_dict.append((path, _name(var)))
+    batch = ast.Call(_name("Batch"), [], [
+        ast.keyword(k, v) for k, v in (("rewards", _name("rewards")), ("offsets", _name("offsets")),
+                                       ("inputs", _dict(inputs_dict)), ("metas", _dict(metas_dict)),
+                                       ("bands", _dict(bands_dict)), ("lists", _dict(lists_dict)),
+                                       ("components", _name("reward_components")), ("absent", _name("absent")))])
+    body = [_assign("checks", _call("value_checks")), *forms, *plan.values, *plan.bands, ast.Return(batch)]
+    args = ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in ARGUMENTS], kwonlyargs=[], kw_defaults=[],
+                         defaults=[])
+    fn = ast.FunctionDef(name="bind", args=args, body=body, decorator_list=[])
+    return ast.fix_missing_locations(ast.Module([fn], [])), plans
+
+
+@functools.lru_cache(maxsize=256)
+def binder(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]):
+    """The compiled binder for these inputs and metadata: bind(rewards, group_size, offsets,
+    channels, metadata, reward_components, allow_short_last_group) -> Batch. One per distinct
+    pair of declarations (a shaper's, or a tool's), made once."""
+    module, plans = binder_source(inputs, metas)
+    namespace = {**NAMESPACE, **plans, "Batch": Batch, "value_checks": store.value_checks}
+    exec(compile(module, "<shapec binder>", "exec"), namespace)
+    return namespace["bind"]
+
+
+def make_batch(
+    ir: ShaperIR | None,
+    rewards: Any,
+    *,
+    group_size: int | None = None,
+    offsets: Any = None,
+    channels: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+    reward_components: Any = None,
+    inputs_needed: tuple[tuple[str, str], ...] = (),
+    metas_needed: tuple[MetaSpec, ...] = (),
+    allow_short_last_group: bool = False,
+) -> Batch:
+    """A Batch of the given inputs and metadata (a shaper's, when `ir` is given), as a call makes it."""
+    bind = binder(tuple(inputs_needed or (ir.inputs if ir else ())), tuple(metas_needed or (ir.metas if ir else ())))
+    return bind(rewards, group_size, offsets, channels, metadata, reward_components, allow_short_last_group)
+
+
+def channel_arrays(channels: Mapping[str, Any], inputs_needed: tuple[tuple[str, str], ...], n: int
+                   ) -> dict[str, np.ndarray]:
+    """Each input a shaper reads, from `channels`: n values checked against its type (a bool as 0/1)."""
+    bind = binder(tuple(inputs_needed), ())
+    return bind(np.zeros(n), None, np.array([0, n]), channels, None, None, False).inputs
