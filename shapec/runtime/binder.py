@@ -28,6 +28,7 @@ import numpy as np
 
 from ..compiler import store
 from ..ir.nodes import MetaSpec, ShaperIR
+from . import pycode as py
 from .batch import NONNEG, Batch, MetaPlan, checked, hint, make_offsets, no_bands
 from .validate import BatchError, as_array, band, band_table, check_offsets, exact, integers, numeric, show
 
@@ -146,12 +147,12 @@ def record_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
     return tuple(columns)
 
 
-def list_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
+def list_columns(checks, plan: MetaPlan, value: Any, G: int) -> tuple:
     """List metadata as (offsets, field arrays in declaration order): from {"offsets": (G+1,)
     integers, field: values, ...}, or per group a record of equal-length lists (None or a partial
     record: no items; zip semantics, the shortest list decides), whose values are checked as read."""
     if isinstance(value, Mapping):
-        return _flat_list(plan, value, G)
+        return _flat_list(checks, plan, value, G)
     spec, name, fields = plan.spec, plan.label, plan.names
     rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
                                              for g, row in enumerate(per_group(name, value, G))]
@@ -172,7 +173,7 @@ def list_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
     return off, tuple(np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields)
 
 
-def _flat_list(plan: MetaPlan, value: Mapping, G: int) -> tuple:
+def _flat_list(checks, plan: MetaPlan, value: Mapping, G: int) -> tuple:
     """{"offsets": ..., field: values, ...}: every field as long as the offsets say."""
     name, fields, expected = plan.label, plan.names, plan.expected
     if value.keys() != plan.expected_keys:
@@ -191,7 +192,7 @@ def _flat_list(plan: MetaPlan, value: Mapping, G: int) -> tuple:
     for f, column in zip(fields[1:], columns[1:]):
         if len(column) != total:
             raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(column)}")
-    if not store.value_checks().clean_offsets(off, total):
+    if not checks.clean_offsets(off, total):
         check_offsets(plan.offsets_label, off, total, f"{fields[0]!r} items")
     return off, columns
 
@@ -201,10 +202,10 @@ def bad_values(name: str, arr: np.ndarray, typ: str, allow_nan: bool) -> None:
     checked(name, arr, typ, allow_nan)
 
 
-def band_rows(name: str, table: np.ndarray) -> np.ndarray:
+def band_rows(checks, name: str, table: np.ndarray) -> np.ndarray:
     """A band table as (G, 4) rows (a, b, f, present), by the compiled check; band_table words a bad row."""
     out = np.empty((len(table), 4))
-    return out if store.value_checks().band_rows(table, out) else band_table(name, table, len(table))
+    return out if checks.band_rows(table, out) else band_table(name, table, len(table))
 
 
 NAMESPACE = {f.__name__: f for f in (numeric, group_offsets, mapping, known_keys, missing_input, absent_names,
@@ -212,32 +213,8 @@ NAMESPACE = {f.__name__: f for f in (numeric, group_offsets, mapping, known_keys
 
 
 # ------------------------------------------------------------------ the generator
-def _name(id_: str, store_: bool = False) -> ast.Name:
-    return ast.Name(id_, ast.Store() if store_ else ast.Load())
-
-
-def _const(value: Any) -> ast.Constant:
-    assert value is None or isinstance(value, (str, int, float, bool, tuple)), value
-    return ast.Constant(value)
-
-
-def _call(fn: str, *args: ast.expr) -> ast.Call:
-    return ast.Call(_name(fn), list(args), [])
-
-
-def _target(target: str | list) -> ast.expr:
-    """A name, or a (nested) tuple of names to unpack into."""
-    if isinstance(target, str):
-        return _name(target, True)
-    return ast.Tuple([_target(t) for t in target], ast.Store())
-
-
-def _assign(target: str | list, value: ast.expr) -> ast.Assign:
-    return ast.Assign([_target(target)], value)
-
-
-def _dict(items: list[tuple[str, ast.expr]]) -> ast.Dict:
-    return ast.Dict([_const(k) for k, _ in items], [v for _, v in items])
+def _checks(fn: str, *args: ast.expr) -> ast.Call:
+    return py.method("checks", fn, *args)
 
 
 class _Plan:
@@ -255,90 +232,92 @@ class _Plan:
 
     def check(self, var: str, label: str, typ: str, allow_nan: bool) -> None:
         """`if not clean(var, ...): bad_values(...)`, then a bool column as 0/1 flags."""
-        test = ast.UnaryOp(ast.Not(), ast.Call(ast.Attribute(_name("checks"), "clean_values", ast.Load()), [
-            _name(var), _const(typ in NONNEG), _const(allow_nan), _const(typ == "int")], []))
-        fail = ast.Expr(_call("bad_values", _const(label), _name(var), _const(typ), _const(allow_nan)))
-        self.values.append(ast.If(test, [fail], []))
+        clean = _checks("clean_values", py.name(var), py.const(typ in NONNEG), py.const(allow_nan),
+                        py.const(typ == "int"))
+        fail = ast.Expr(py.call("bad_values", py.const(label), py.name(var), py.const(typ), py.const(allow_nan)))
+        self.values.append(ast.If(ast.UnaryOp(ast.Not(), clean), [fail], []))
         if typ == "bool":
-            self.values.append(_assign(var, ast.Call(ast.Attribute(_name("checks"), "as_flags", ast.Load()),
-                                                     [_name(var)], [])))
+            self.values.append(py.assign(var, _checks("as_flags", py.name(var))))
 
     def band(self, var: str, label: str) -> None:
-        self.bands.append(_assign(var, _call("band_rows", _const(label), _name(var))))
+        self.bands.append(py.assign(var, py.call("band_rows", py.name("checks"), py.const(label), py.name(var))))
 
 
-def binder_source(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]) -> tuple[ast.Module, dict]:
-    """The binder's module (a function `bind`) and the MetaPlans it reads by name."""
+def _is_not_none(var: str) -> ast.Compare:
+    return ast.Compare(py.name(var), [ast.IsNot()], [py.const(None)])
+
+
+def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]) -> tuple[list[ast.stmt], dict]:
+    """The binder's statements (the body of `bind`) and the MetaPlans it reads by name."""
     plan, plans = _Plan(), {}
     input_names, meta_names = tuple(n for n, _ in inputs), tuple(m.name for m in metas)
     forms = plan.forms
-    forms += [_assign("rewards", _call("numeric", _const("rewards"), _name("rewards"))),
-              _assign("n", _call("len", _name("rewards"))),
-              _assign("offsets", _call("group_offsets", *map(_name, ("n", "group_size", "offsets",
-                                                                       "allow_short_last_group")))),
-              _assign("G", ast.BinOp(_call("len", _name("offsets")), ast.Sub(), _const(1))),
-              _assign("channels", _call("mapping", _const("channels"), _name("channels"))),
-              _assign("metadata", _call("mapping", _const("metadata"), _name("metadata"))),
-              ast.Expr(_call("known_keys", _name("metadata"), _const(meta_names)))]
+    forms += [py.assign("rewards", py.call("numeric", py.const("rewards"), py.name("rewards"))),
+              py.assign("n", py.call("len", py.name("rewards"))),
+              py.assign("offsets", py.call("group_offsets", *map(py.name, ("n", "group_size", "offsets",
+                                                                             "allow_short_last_group")))),
+              py.assign("G", ast.BinOp(py.call("len", py.name("offsets")), ast.Sub(), py.const(1))),
+              py.assign("channels", py.call("mapping", py.const("channels"), py.name("channels"))),
+              py.assign("metadata", py.call("mapping", py.const("metadata"), py.name("metadata"))),
+              ast.Expr(py.call("known_keys", py.name("metadata"), py.const(meta_names)))]
     plan.check("rewards", "rewards", "float", False)
     inputs_dict = []
-    for name, typ in inputs:
-        var, label = plan.fresh("input_"), f"channels[{name!r}]"
-        read = _call("numeric", _const(label), ast.Subscript(_name("channels"), _const(name), ast.Load()), _name("n"))
-        missing = _call("missing_input", _name("channels"), _const(input_names), _const(name), _const(typ))
-        forms.append(_assign(var, ast.IfExp(ast.Compare(_const(name), [ast.In()], [_name("channels")]), read, missing)))
+    for input_name, typ in inputs:
+        var, label = plan.fresh("input_"), f"channels[{input_name!r}]"
+        read = py.call("numeric", py.const(label), py.item(py.name("channels"), input_name), py.name("n"))
+        missing = py.call("missing_input", py.name("channels"), py.const(input_names), py.const(input_name),
+                          py.const(typ))
+        given = ast.Compare(py.const(input_name), [ast.In()], [py.name("channels")])
+        forms.append(py.assign(var, ast.IfExp(given, read, missing)))
         plan.check(var, label, typ, False)
-        inputs_dict.append((name, _name(var)))
-    forms.append(ast.If(ast.Compare(_name("reward_components"), [ast.IsNot()], [_const(None)]), [
-        _assign("reward_components", _call("numeric", _const("reward_components"), _name("reward_components"),
-                                           _name("n")))], []))
+        inputs_dict.append((input_name, py.name(var)))
+    forms.append(ast.If(_is_not_none("reward_components"), [
+        py.assign("reward_components", py.call("numeric", py.const("reward_components"), py.name("reward_components"),
+                                               py.name("n")))], []))
     components_check = _Plan()
     components_check.check("reward_components", "reward_components", "components", False)
-    plan.values.append(ast.If(ast.Compare(_name("reward_components"), [ast.IsNot()], [_const(None)]),
-                              components_check.values, []))
-    forms.append(_assign("absent", ast.IfExp(
-        ast.Compare(_call("len", _name("metadata")), [ast.Eq()], [_const(len(meta_names))]), _const(()),
-        _call("absent_names", _name("metadata"), _const(meta_names)))))
+    plan.values.append(ast.If(_is_not_none("reward_components"), components_check.values, []))
+    forms.append(py.assign("absent", ast.IfExp(
+        ast.Compare(py.call("len", py.name("metadata")), [ast.Eq()], [py.const(len(meta_names))]), py.const(()),
+        py.call("absent_names", py.name("metadata"), py.const(meta_names)))))
     metas_dict, bands_dict, lists_dict = [], [], []
     for spec in metas:
         meta = MetaPlan.of(spec)
-        given = ast.Call(ast.Attribute(_name("metadata"), "get", ast.Load()), [_const(spec.name)], [])
+        given = py.method("metadata", "get", py.const(spec.name))
         if spec.kind == "list":
             plans[plan_name := plan.fresh("plan_")] = meta
             off, fields = plan.fresh("list_offsets_"), [plan.fresh("list_field_") for _ in spec.fields]
-            forms.append(_assign([off, fields], _call("list_columns", _name(plan_name), given, _name("G"))))
+            forms.append(py.assign([off, fields], py.call("list_columns", py.name("checks"), py.name(plan_name),
+                                                          given, py.name("G"))))
             for var, (f, t), label in zip(fields, spec.fields, meta.item_labels):
                 plan.check(var, label, t, False)
-            lists_dict.append((spec.name, ast.Tuple([_name(off), _dict([(f, _name(v)) for (f, _), v in
-                                                                         zip(spec.fields, fields)])], ast.Load())))
+            columns = py.dict_of([(f, py.name(v)) for (f, _), v in zip(spec.fields, fields)])
+            lists_dict.append((spec.name, ast.Tuple([py.name(off), columns], ast.Load())))
             continue
         if spec.kind == "record":
             plans[plan_name := plan.fresh("plan_")] = meta
             columns = [(plan.fresh("field_"), ftype, path, label) for _, ftype, path, label in meta.fields]
-            forms.append(_assign([v for v, *_ in columns], _call("record_columns", _name(plan_name), given,
-                                                                  _name("G"))))
+            forms.append(py.assign([v for v, *_ in columns], py.call("record_columns", py.name(plan_name), given,
+                                                                     py.name("G"))))
         else:
             var = plan.fresh("meta_")
             reader = "band_column" if spec.type == "band" else "scalar_column"
-            forms.append(_assign(var, _call(reader, _const(meta.label), given, _name("G"))))
+            forms.append(py.assign(var, py.call(reader, py.const(meta.label), given, py.name("G"))))
             columns = [(var, spec.type, spec.name, meta.label)]
         for var, ftype, path, label in columns:
             if ftype == "band":
                 plan.band(var, label)
-                bands_dict.append((path, _name(var)))
+                bands_dict.append((path, py.name(var)))
             else:
                 plan.check(var, label, ftype, True)  # NaN: missing for that group
-                metas_dict.append((path, _name(var)))
-    batch = ast.Call(_name("Batch"), [], [
-        ast.keyword(k, v) for k, v in (("rewards", _name("rewards")), ("offsets", _name("offsets")),
-                                       ("inputs", _dict(inputs_dict)), ("metas", _dict(metas_dict)),
-                                       ("bands", _dict(bands_dict)), ("lists", _dict(lists_dict)),
-                                       ("components", _name("reward_components")), ("absent", _name("absent")))])
-    body = [_assign("checks", _call("value_checks")), *forms, *plan.values, *plan.bands, ast.Return(batch)]
-    args = ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in ARGUMENTS], kwonlyargs=[], kw_defaults=[],
-                         defaults=[])
-    fn = ast.FunctionDef(name="bind", args=args, body=body, decorator_list=[])
-    return ast.fix_missing_locations(ast.Module([fn], [])), plans
+                metas_dict.append((path, py.name(var)))
+    batch = ast.Call(py.name("Batch"), [], [
+        ast.keyword(k, v) for k, v in (
+            ("rewards", py.name("rewards")), ("offsets", py.name("offsets")), ("inputs", py.dict_of(inputs_dict)),
+            ("metas", py.dict_of(metas_dict)), ("bands", py.dict_of(bands_dict)), ("lists", py.dict_of(lists_dict)),
+            ("components", py.name("reward_components")), ("absent", py.name("absent")))])
+    body = [py.assign("checks", py.call("value_checks")), *forms, *plan.values, *plan.bands, ast.Return(batch)]
+    return body, plans
 
 
 @functools.lru_cache(maxsize=256)
@@ -346,10 +325,9 @@ def binder(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]):
     """The compiled binder for these inputs and metadata: bind(rewards, group_size, offsets,
     channels, metadata, reward_components, allow_short_last_group) -> Batch. One per distinct
     pair of declarations (a shaper's, or a tool's), made once."""
-    module, plans = binder_source(inputs, metas)
-    namespace = {**NAMESPACE, **plans, "Batch": Batch, "value_checks": store.value_checks}
-    exec(compile(module, "<shapec binder>", "exec"), namespace)
-    return namespace["bind"]
+    body, plans = binder_body(inputs, metas)
+    return py.function("bind", ARGUMENTS, body, {**NAMESPACE, **plans, "Batch": Batch,
+                                                 "value_checks": store.value_checks})
 
 
 def make_batch(

@@ -10,7 +10,10 @@ same outputs; compiler/store.py keeps each one on disk under its key.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import functools
+import itertools
 import importlib.util
 import os
 import sys
@@ -24,6 +27,7 @@ from ..ir.nodes import ShaperIR
 from ..compiler.arguments import Arg, breakdown_always, plan_arguments
 from ..compiler.lowering.names import Namer
 from ..compiler.specialize import UNKNOWN, Facts, specialize
+from . import pycode as py
 from .interp import StageOutput
 
 MAX_VARIANTS = 3  # the first call's specialisation, one more general, then the general kernel
@@ -49,8 +53,8 @@ class Kernel:
         self.inputs = tuple(a for a in self.args if not a.source.startswith("out") and a.source != "breakdown")
         states = self.state_names = tuple(s for s, _ in ir.states)
         self.metric_names = tuple(m for m, _ in ir.metrics)
-        self._getters = [(i, _getter(a, states)) for i, a in enumerate(self.inputs) if a.source != "params"]
         self.param_slots = [(i, a.key) for i, a in enumerate(self.inputs) if a.source == "params"]
+        self.arguments = arguments_function(self.inputs, states)
         self.matrix_slot = next((k for k, (i, _) in enumerate(self.param_slots)
                                  if self.inputs[i].numba_type == "nt.float64[:, ::1]"), None)
         # without the breakdown the kernel gets zero-width term and factor arrays that nothing reads or returns
@@ -104,15 +108,6 @@ class Kernel:
                 return fn
         return None
 
-    def arguments(self, batch, packed: list[np.ndarray], state: dict[str, float]) -> list:
-        """The kernel's input arguments, in order: the batch's arrays, the packed params, the state."""
-        values = [None] * len(self.inputs)
-        for i, get in self._getters:
-            values[i] = get(batch, state)
-        for (i, _), array in zip(self.param_slots, packed):
-            values[i] = array
-        return values
-
     def run(self, fn, batch, packed: list[np.ndarray], state: dict[str, float], training: bool,
             breakdown: bool = True) -> StageOutput:
         """Run kernel `fn` (for_params' choice for `packed`) on a validated batch."""
@@ -143,24 +138,47 @@ class Kernel:
             dict(zip(self.state_names, state_out.tolist())))
 
 
-def _getter(a: Arg, states: tuple[str, ...]):
-    """A function (batch, state) -> this argument's array, contiguous and of its dtype (the batch's
-    arrays already are: batch.py makes them so)."""
-    key = a.key
+def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):
+    """The kernel's input arguments as one generated function (pycode.py), (batch, packed, state) ->
+    tuple in order: the batch's arrays (batch.py makes them contiguous and of their dtype), the packed
+    params, the state as an array. A call on one group costs mostly such Python, so it is straight-line."""
+    slots = itertools.count()  # the packed params, in the order of their arguments
+    values = [_argument(a, next(slots) if a.source == "params" else None) for a in inputs]
+    body = [ast.Return(ast.Tuple(values, ast.Load()))]
+    return py.function("arguments", ("batch", "packed", "state"),
+                       body, {"EMPTY": EMPTY, "nthreads": _nthreads, "state_array": _state_array, "states": states})
+
+
+def _argument(a: Arg, slot: int | None) -> ast.expr:
+    """The expression of one argument (`slot`: its index in the packed params, for a param)."""
+    batch = functools.partial(py.attr, "batch")
+    components_given = ast.Compare(batch("components"), [ast.IsNot()], [py.const(None)])
+    if a.source == "env_rewards":
+        given = ast.Compare(batch("env_rewards"), [ast.IsNot()], [py.const(None)])
+        return ast.IfExp(given, batch("env_rewards"), batch("rewards"))
+    if a.source == "components":
+        return ast.IfExp(components_given, batch("components"), py.name("EMPTY"))
     return {
-        "rewards": lambda b, s: b.rewards,
-        "env_rewards": lambda b, s: b.env_rewards if b.env_rewards is not None else b.rewards,
-        "offsets": lambda b, s: b.offsets,
-        "components": lambda b, s: b.components if b.components is not None else EMPTY,
-        "use_components": lambda b, s: b.components is not None,
-        "nthreads": lambda b, s: sys.modules["numba"].get_num_threads(),
-        "input": lambda b, s: b.inputs[key],
-        "meta": lambda b, s: b.metas[key],
-        "band": lambda b, s: b.bands[key],
-        "list_offsets": lambda b, s: b.lists[key][0],
-        "list_field": lambda b, s: b.lists[key[0]][1][key[1]],
-        "state": lambda b, s: np.array([float(s[name]) for name in states], dtype=np.float64),
-    }[a.source]
+        "rewards": lambda: batch("rewards"),
+        "offsets": lambda: batch("offsets"),
+        "use_components": lambda: components_given,
+        "nthreads": lambda: py.call("nthreads"),
+        "input": lambda: py.item(batch("inputs"), a.key),
+        "meta": lambda: py.item(batch("metas"), a.key),
+        "band": lambda: py.item(batch("bands"), a.key),
+        "list_offsets": lambda: py.item(py.item(batch("lists"), a.key), 0),
+        "list_field": lambda: py.item(py.item(py.item(batch("lists"), a.key[0]), 1), a.key[1]),
+        "params": lambda: py.item(py.name("packed"), slot),
+        "state": lambda: py.call("state_array", py.name("state"), py.name("states")),
+    }[a.source]()
+
+
+def _nthreads() -> int:
+    return sys.modules["numba"].get_num_threads()
+
+
+def _state_array(state: dict[str, float], names: tuple[str, ...]) -> np.ndarray:
+    return np.array([float(state[name]) for name in names], dtype=np.float64)
 
 
 EMPTY = np.zeros(0)  # every call without reward components (kernels never write their inputs)
