@@ -266,38 +266,51 @@ class NemoGymLayout:
     text_lengths = ("reasoning", "answer")  # the inputs counted from the response texts, in `unit`
 
     def __init__(self, length_type: str = "chars", tokenizer=None, agent_key: str | None = "agent_ref.name"):
-        from .nemo_gym_rows import length_of, response_texts, rollout_calls, rollout_seconds
+        from .nemo_gym_rows import rollout_calls, rollout_seconds
 
         self.agent_key = agent_key
+        self.tokenizer = tokenizer
         self.unit = "tokens" if length_type == "tokens" and tokenizer is not None else "chars"
-        self._texts = response_texts
-
-        def text_length(which: int):
-            return lambda row, texts: length_of(texts()[which], length_type, tokenizer)
 
         def flag(key: str):
-            return lambda row, texts: bool(row.get(key) or row["full_result"].get(key))
+            return lambda row: bool(row.get(key) or row["full_result"].get(key))
 
-        # inputs of the stdlib specs; any other input is read from the row, then from full_result
+        # inputs of the stdlib specs besides the text lengths; any other input is read from the row,
+        # then from full_result
         self.extractors = {
-            "reasoning": text_length(0),
-            "answer": text_length(1),
-            "low_effort": lambda row, texts: bool(row.get("low_effort_applied")),
-            "run_time": lambda row, texts: rollout_seconds(row),
-            "calls": lambda row, texts: rollout_calls(row),
+            "low_effort": lambda row: bool(row.get("low_effort_applied")),
+            "run_time": rollout_seconds,
+            "calls": rollout_calls,
             "resolved": flag("resolved"),
             "masked": flag("mask_sample"),
         }
 
-    def _input(self, row: dict, name: str, texts) -> tuple[Any, str]:
+    def _input(self, row: dict, name: str, lengths) -> tuple[Any, str]:
+        """The value of input `name` in `row` and the field it came from; an Exception when the row
+        holds none that can be read (the row's error says why)."""
+        if name in self.text_lengths:
+            return lengths if isinstance(lengths, Exception) else lengths[self.text_lengths.index(name)], name
         if name in self.extractors:
             try:
-                return self.extractors[name](row, texts), name
+                return self.extractors[name](row), name
             except (ValueError, TypeError, AttributeError, OverflowError, RecursionError) as err:
-                return f"unreadable ({err})", name
+                return err, name
         if name in row:
             return row[name], name
         return row["full_result"].get(name, MISSING), f"full_result.{name}"
+
+    def _lengths(self, rows: list, inputs) -> list:
+        """Every row's text lengths, read once for the chunk as the drop-ins read them
+        (nemo_gym_rows.text_lengths: one batched tokenizer call), when the shaper reads them."""
+        from .nemo_gym_rows import text_lengths
+
+        if not any(name in self.text_lengths for name, _ in inputs):
+            return [None] * len(rows)
+        readable = [isinstance(row, dict) and isinstance(row.get("full_result", MISSING), dict) for row in rows]
+        kept = [row for row, ok in zip(rows, readable) if ok]
+        counted = iter(text_lengths(kept, [""] * len(kept), [self.unit == "tokens"] * len(kept),
+                                    self.tokenizer))
+        return [next(counted) if ok else None for ok in readable]
 
     def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
         errors: dict[int, RowError] = {}
@@ -306,6 +319,7 @@ class NemoGymLayout:
         rewards = np.zeros(n)
         channels = {name: np.zeros(n) for name, _ in inputs}
         comps = np.zeros(n)
+        lengths = self._lengths(rows, inputs)
         for i, row in enumerate(rows):
             at = chunk.base + i
             if isinstance(row, BadLine):
@@ -317,9 +331,11 @@ class NemoGymLayout:
                 continue
             one: dict[int, RowError] = {}
             rewards[i] = _numbers([fr.get("reward", MISSING)], "full_result.reward", "reward", at, one)[0]
-            texts = _memo(lambda row=row: self._texts(row))
             for name, typ in inputs:
-                value, fname = self._input(row, name, texts)
+                value, fname = self._input(row, name, lengths[i])
+                if isinstance(value, Exception):
+                    one.setdefault(0, RowError(at + 1, fname, str(value)))
+                    continue
                 channels[name][i] = _numbers([value], fname, typ, at, one)[0]
             if one:
                 errors[i] = one[0]
@@ -352,17 +368,5 @@ class NemoGymLayout:
                 return None
             return {"reward": rewards, "length": lengths}
         return row.get(name)
-
-
-def _memo(fn):
-    """Call fn at most once (the response texts are needed by two inputs, or by none)."""
-    box: list = []
-
-    def get():
-        if not box:
-            box.append(fn())
-        return box[0]
-
-    return get
 
 

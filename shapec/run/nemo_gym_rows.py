@@ -44,11 +44,12 @@ def response_texts(result: Any, where: str = "result") -> tuple[str, str]:
 
     Reasoning is the concatenated summary text of `reasoning` items; the answer is the text of
     `message` items whose role is assistant or absent (user-role env observations are skipped).
-    Items may be dicts or objects with attributes; a text that is not a string is a BatchError.
+    Items may be dicts or objects with attributes; a text that is not a string is a BatchError
+    naming it from `where` (from the row itself when `where` is empty).
     """
     full = result.get("full_result", {})
     response = full.get("response", {})
-    base = f"{where}.full_result.response"
+    base = f"{where}.full_result.response" if where else "full_result.response"
     reasoning: list[str] = []
     answer: list[str] = []
     for k, item in enumerate(_items(response, "output", base)):
@@ -213,20 +214,49 @@ def read_rows(results: Sequence[Any]) -> Rows:
 def row_lengths(results, starts: range, group_size: int, per_group, tokenizer,
                 chars: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Reasoning and answer lengths per row, in each group's length_type (0 in disabled groups):
-    the characters read_rows counted, and the texts read again (response_texts, which words a bad
-    one) only for tokens and for the rows it could not count."""
+    the characters read_rows counted, and text_lengths only for tokens and for the rows it could
+    not count (the first bad text raises)."""
     n = len(results)
     sizes = np.diff([*starts, n])
     enabled = np.repeat([bool(p["enabled"]) for p in per_group], sizes)
     tokens = np.repeat([p["length_type"] == "tokens" and tokenizer is not None for p in per_group], sizes)
     reasoning, answer = np.where(enabled, chars[0], 0.0), np.where(enabled, chars[1], 0.0)
-    reread = np.flatnonzero(enabled & (tokens | np.isnan(reasoning)))
-    texts = [response_texts(results[i], f"results[{i}]") for i in reread.tolist()]  # the first bad text raises
-    counted = tokens[reread]
-    by_tokens = iter(token_counts(tokenizer, [t for pair, tok in zip(texts, counted) if tok for t in pair]))
-    for i, (r_text, a_text), tok in zip(reread.tolist(), texts, counted):
-        reasoning[i], answer[i] = (next(by_tokens), next(by_tokens)) if tok else (len(r_text), len(a_text))
+    reread = np.flatnonzero(enabled & (tokens | np.isnan(reasoning))).tolist()
+    counted = text_lengths([results[i] for i in reread], [f"results[{i}]" for i in reread], tokens[reread].tolist(),
+                           tokenizer)
+    for i, pair in zip(reread, counted):
+        if isinstance(pair, Exception):
+            raise pair
+        reasoning[i], answer[i] = pair
     return reasoning, answer
+
+
+def text_lengths(rows: Sequence[Any], wheres: Sequence[str], tokens: Sequence[bool], tokenizer: Any
+                 ) -> list[tuple[int, int] | Exception]:
+    """The (reasoning, answer) lengths of each row's response texts (response_texts, naming the row
+    `wheres[i]`): in tokens where `tokens[i]`, every text counted in one batched tokenizer call
+    (token_counts), else in characters. A row whose texts cannot be read gets the error instead,
+    for the caller to raise (the drop-ins) or to report against that row (`shapec run`)."""
+    out: list[tuple[int, int] | Exception] = [(0, 0)] * len(rows)
+    by_tokens: list[tuple[int, tuple[str, str]]] = []
+    for i, (row, where, tok) in enumerate(zip(rows, wheres, tokens)):
+        counted = None if tok or type(row) is not dict else _plain_char_lengths(row)
+        if counted is not None:
+            out[i] = counted
+            continue
+        try:
+            texts = response_texts(row, where)
+        except (ValueError, TypeError, AttributeError, RecursionError) as err:  # a BatchError names the text
+            out[i] = err
+            continue
+        if tok:
+            by_tokens.append((i, texts))
+        else:
+            out[i] = (len(texts[0]), len(texts[1]))
+    counts = iter(token_counts(tokenizer, [text for _, pair in by_tokens for text in pair]))
+    for i, _ in by_tokens:
+        out[i] = (next(counts), next(counts))
+    return out
 
 
 def _row_bands(row: Mapping, i: int) -> dict[str, tuple[float, float, float, float]]:

@@ -89,3 +89,52 @@ def test_a_tokenizer_with_lengths_said_to_be_characters_is_refused_naming_both(t
     said = "--length-type chars" if how == "flag" else "the config's length_type is chars"
     assert (rc, out) == (2, "") and not (tmp_path / "o.jsonl").exists()
     assert err == f"shapec: error: --tokenizer some/tokenizer counts tokens, but {said}; give one of the two\n"
+
+
+class BatchedWords(Words):
+    """A Hugging Face-style tokenizer: called on a list of texts, it counts words; the calls are kept."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, texts, add_special_tokens=False):
+        self.calls.append(list(texts))
+        return {"input_ids": [self.encode(t) for t in texts]}
+
+
+def _answer_rows(texts, prompts):
+    return [{"prompt_id": p, "full_result": {"reward": 1.0, "response": {"output": [
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]}}}
+        for text, p in zip(texts, prompts)]
+
+
+def test_the_texts_of_a_chunk_are_counted_in_one_tokenizer_call_as_the_drop_in_counts_them(tmp_path, monkeypatch):
+    tokenizer = BatchedWords()
+    monkeypatch.setattr(commands, "_load_tokenizer", lambda name: tokenizer)
+    texts = ("one-very-long-word", "a b c", "wordy-word", "x y z", "", "k l")  # longer in characters, in words
+    data = write_jsonl(tmp_path / "in.jsonl", _answer_rows(texts, "ppqqrr"))
+    rc, _, err = run("nemo_rl", "--layout", "nemo-gym", "--group-size", 2, "--data", data, "--out",
+                     tmp_path / "o.jsonl", "--tokenizer", "words", "--set", "longest_total_penalty=0.5", "--breakdown")
+    assert rc == 0, err
+    # one call for the chunk; an empty text is 0 tokens, never encoded
+    assert tokenizer.calls == [["one-very-long-word", "a b c", "wordy-word", "x y z", "k l"]]
+    shaped = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["term.longest_total"] for r in shaped] == [0.0, -0.5, 0.0, -0.5, 0.0, 0.0]
+
+
+def test_an_unreadable_text_is_its_rows_error_and_leaves_other_groups_shaped(tmp_path):
+    rows = _answer_rows(("long answer here", "short", "longer answer", "tiny"), "ppqq")
+    rows[2]["full_result"]["response"]["output"][0]["content"][0]["text"] = 7
+    data = write_jsonl(tmp_path / "in.jsonl", rows)
+    args = ("nemo_rl", "--layout", "nemo-gym", "--group-size", 2, "--data", data, "--out", tmp_path / "o.jsonl",
+            "--length-type", "chars", "--set", "longest_total_penalty=0.5")
+    rc, out, err = run(*args)
+    assert rc != 0 and not (tmp_path / "o.jsonl").exists()
+    assert err == "shapec: error: row 3: reasoning: full_result.response.output[0].content[0].text: expected a string, got 7\n"
+    rc, out, err = run(*args, "--on-bad-row", "skip")
+    assert rc == 0, err
+    shaped = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    rejected = [json.loads(line) for line in (tmp_path / "o.rejects.jsonl").read_text().splitlines()]
+    assert [r["full_result"]["reward"] for r in shaped] == [0.5, 1.0]  # the good group: its longest answer penalised
+    assert [(r["row"], r["record"]["full_result"]["response"]["output"][0]["content"][0]["text"]) for r in rejected] \
+        == [(3, 7), (4, "tiny")]
