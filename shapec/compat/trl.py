@@ -46,6 +46,7 @@ def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, p
     if not callable(base) and not isinstance(base, str):
         raise TypeError(f"base: expected a reward function or a column name, got {type(base).__name__}")
     size = int(num_generations)
+    steps = StepState(compiled)
 
     def shapec_reward(prompts, completions, completion_ids=None, **kwargs):
         ops = require("accelerate.utils", "trl")
@@ -65,8 +66,9 @@ def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, p
         names = set.intersection(*(set(row["columns"]) for row in everything)) if everything else set()
         columns = {key: [row["columns"][key] for row in everything] for key in sorted(names)}
         base_all = np.array([row["base"] for row in everything], dtype=np.float64)
-        shaped = shape_by_group(compiled, base_all, keys, lengths=[row["length"] for row in everything],
-                                unit=LENGTHS[length], columns=columns, params=params, where=WHERE)
+        shaped = steps.run(kwargs.get("trainer_state"), lambda: shape_by_group(
+            compiled, base_all, keys, lengths=[row["length"] for row in everything], unit=LENGTHS[length],
+            columns=columns, params=params, where=WHERE))
         log = kwargs.get("log_metric")
         if log is not None:
             for metric, value in shaped.metrics.items():
@@ -76,7 +78,75 @@ def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, p
 
     shapec_reward.__name__ = name or f"shapec_{compiled.name}{'_delta' if delta else ''}"
     shapec_reward.__qualname__ = shapec_reward.__name__
+    shapec_reward.shaper = compiled
+    shapec_reward.callback = lambda: state_callback(shapec_reward.__name__, steps)
     return shapec_reward
+
+
+class StepState:
+    """A stateful spec's state advances once per optimizer step, on training data.
+
+    TRL calls a reward function on every generation batch, evaluation included, and passes its
+    `trainer_state`. The first training call at a global step reads the state and advances it. Any
+    other call leaves the state as it found it: a repeat at that step reads the state the first call
+    read (so it gets the rewards that call gave), an evaluation reads the current state. Which
+    steps are training steps the trainer says through `callback()` (`on_step_begin`); without it,
+    the first call at each step is taken for the training call (TRL evaluates after a step's update,
+    at the next global step, so that evaluation would advance the state). Without a trainer_state
+    every call advances it, as a plain call does."""
+
+    def __init__(self, shaper):
+        self.shaper = shaper
+        self.training_step: int | None = None  # the step on_step_begin announced
+        self.advanced: int | None = None  # the step whose first training call advanced the state
+        self.before: dict = {}  # the state that call read
+
+    def run(self, trainer_state: Any, shape: Callable):
+        step = getattr(trainer_state, "global_step", None)
+        if step is None or not self.shaper.state_dict():
+            return shape()
+        if self.training_step in (None, step) and step != self.advanced:
+            self.advanced, self.before = step, self.shaper.state_dict()
+            return shape()
+        now = self.shaper.state_dict()
+        if step == self.advanced:
+            self.shaper.load_state_dict(self.before)
+        try:
+            return shape()
+        finally:
+            self.shaper.load_state_dict(now)
+
+    def exported(self) -> dict:
+        return {"state": self.shaper.state_dict(), "advanced": self.advanced, "before": self.before}
+
+    def restore(self, saved: Mapping) -> None:
+        self.shaper.load_state_dict(saved["state"])
+        self.advanced, self.before = saved["advanced"], saved["before"]
+
+
+def state_callback(name: str, steps: StepState):
+    """A transformers TrainerCallback that tells the reward function `name` which steps train, saves
+    its shaper's state in every checkpoint (as an ExportableState, in trainer_state.json under
+    `stateful_callbacks`) and restores it when training resumes from one."""
+    transformers = require("transformers", "trl")
+    exportable = require("transformers.trainer_callback", "trl").ExportableState
+    key = f"shapec:{name}"
+
+    class ShapecState(transformers.TrainerCallback, exportable):
+        def state(self) -> dict:
+            return {"args": {}, "attributes": {"shapec": {"reward": key, **steps.exported()}}}
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            saved = (state.stateful_callbacks or {}).get(type(self).__name__, [])
+            for entry in saved if isinstance(saved, list) else [saved]:
+                found = entry.get("attributes", {}).get("shapec", {})
+                if found.get("reward") == key:
+                    steps.restore(found)
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            steps.training_step = state.global_step
+
+    return ShapecState()
 
 
 def _local_rows(base, prompts, completions, completion_ids, kwargs, length, n) -> list[dict]:

@@ -4,6 +4,8 @@ The model is a 1-layer Llama built from a config, the tokenizer a character-leve
 `tokenizers`: nothing is downloaded.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -42,12 +44,13 @@ def correct(prompts, completions, **kwargs):
     return [1.0 if target in c else 0.0 for c, target in zip(completions, kwargs["target"])]
 
 
-def _trainer(trl, datasets, tmp_path, reward):
-    """A GRPOTrainer drawing two prompts of `G` generations per step, for 2 steps."""
+def _trainer(trl, datasets, tmp_path, reward, **config):
+    """A GRPOTrainer drawing two prompts of `G` generations per step, for 2 steps (unless `config` says)."""
     data = datasets.Dataset.from_dict({"prompt": ["ab", "cd", "ef", "gh"], "target": ["a", "c", "e", "g"]})
     args = trl.GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=2 * G, num_generations=G,
-                          max_completion_length=8, max_steps=2, logging_steps=1, report_to=[], use_cpu=True,
-                          save_strategy="no", seed=0, temperature=1.0, bf16=False, fp16=False)
+                          max_completion_length=8, logging_steps=1, report_to=[], use_cpu=True,
+                          **{"max_steps": 2, "save_strategy": "no", "seed": 0, "temperature": 1.0, "bf16": False,
+                             "fp16": False, **config})
     tokenizer = _tokenizer()
     return trl.GRPOTrainer(model=_model(len(tokenizer)), reward_funcs=[reward], args=args, train_dataset=data,
                            processing_class=tokenizer)
@@ -102,3 +105,64 @@ def test_num_generations_below_the_trainers_is_refused(tmp_path):
                                          rf"first is completions 0-{G - 1}\), so the trainer makes {G} per prompt and "
                                          rf"each of its groups would be shaped in parts; set num_generations={G}, "):
         trainer.train()
+
+
+COUNTED = """
+shaper counted() produces real {
+  state steps: float = 0 update steps + 1
+  term bump = 0.5 * steps
+}
+"""
+
+
+def _counted():
+    return reward_func(shapec.compile_str(COUNTED, "counted.shape", "interpreter").counted, correct,
+                       num_generations=G, name="counted")
+
+
+def _call(reward, step: int) -> list[float]:
+    """The reward function as TRL calls it at global step `step`: two prompts, G completions each."""
+    transformers = need("transformers", "trl")
+    prompts = ["ab"] * G + ["cd"] * G
+    completions = ["a", "b", "ab", "x", "c", "cc", "d", "dd"]
+    return reward(prompts=prompts, completions=completions, completion_ids=[[3] * len(c) for c in completions],
+                  target=["a"] * G + ["c"] * G, trainer_state=transformers.TrainerState(global_step=step))
+
+
+def test_the_state_advances_once_per_global_step_and_repeated_calls_get_the_same_rewards():
+    reward = _counted()
+    first = _call(reward, 3)
+    assert _call(reward, 3) == first and reward.shaper.state_dict() == {"counted": {"steps": 1.0}}
+    assert _call(reward, 4) == [r + 0.5 for r in first]  # the next step reads the advanced state
+    assert _call(reward, 4) == [r + 0.5 for r in first] and reward.shaper.state_dict() == {"counted": {"steps": 2.0}}
+
+
+def test_with_the_callback_an_evaluation_at_a_step_not_yet_trained_leaves_the_state_alone():
+    transformers = need("transformers", "trl")
+    reward = _counted()
+    callback = reward.callback()
+    callback.on_step_begin(None, transformers.TrainerState(global_step=7), transformers.TrainerControl())
+    trained = _call(reward, 7)
+    evaluated = _call(reward, 8)  # TRL evaluates after the update, at the next global step
+    assert evaluated == [r + 0.5 for r in trained] and reward.shaper.state_dict() == {"counted": {"steps": 1.0}}
+    callback.on_step_begin(None, transformers.TrainerState(global_step=8), transformers.TrainerControl())
+    assert _call(reward, 8) == evaluated and reward.shaper.state_dict() == {"counted": {"steps": 2.0}}
+
+
+def test_a_checkpoint_saves_the_shaper_state_and_resuming_restores_it(tmp_path):
+    trl = need("trl", "trl")
+    datasets = need("datasets", "trl")
+
+    def trainer(reward, steps):
+        t = _trainer(trl, datasets, tmp_path, reward, max_steps=steps, save_strategy="steps", save_steps=1)
+        t.add_callback(reward.callback())
+        return t
+
+    reward = _counted()
+    trainer(reward, 2).train()
+    assert reward.shaper.state_dict() == {"counted": {"steps": 2.0}}  # one advance per step
+    saved = json.loads((tmp_path / "checkpoint-1" / "trainer_state.json").read_text())["stateful_callbacks"]
+    assert saved["ShapecState"]["attributes"]["shapec"]["state"] == {"counted": {"steps": 1.0}}
+    resumed = _counted()  # a new process: the shaper starts from its declared state
+    trainer(resumed, 3).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert resumed.shaper.state_dict() == {"counted": {"steps": 3.0}}  # 2 restored, then one more step
