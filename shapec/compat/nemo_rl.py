@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -97,17 +98,53 @@ def _config(value: Any) -> LengthPenaltyConfig:
     return LengthPenaltyConfig.model_validate(value)
 
 
+def _is_master_config(value: Any) -> bool:
+    """A whole NeMo-RL config (a dict or a model with a `grpo` section), not its length_penalty block."""
+    if isinstance(value, LengthPenaltyConfig):
+        return False
+    return "grpo" in value if isinstance(value, Mapping) else hasattr(value, "grpo")
+
+
+def _from_master_config(master: Any, group_size: Any, tokenizer: Any) -> tuple[Any, int, Any]:
+    """(length_penalty block, group size, tokenizer) of the older call `(results, master_config,
+    tokenizer)`, whose third argument is the tokenizer."""
+    def get(obj: Any, key: str, where: str) -> Any:
+        if isinstance(obj, Mapping):
+            if key not in obj:
+                raise KeyError(f"master_config: missing {where}{key!r}")
+            return obj[key]
+        if not hasattr(obj, key):
+            raise KeyError(f"master_config: missing {where}{key!r}")
+        return getattr(obj, key)
+
+    if group_size is not None and not isinstance(group_size, (int, np.integer)):
+        if tokenizer is not None:
+            raise TypeError("apply_group_length_penalties(results, master_config, tokenizer): got a tokenizer "
+                            "twice (the third argument of this call is the tokenizer)")
+        tokenizer, group_size = group_size, None
+    grpo = get(master, "grpo", "")
+    block = grpo.get("length_penalty") if isinstance(grpo, Mapping) else getattr(grpo, "length_penalty", None)
+    if group_size is None:
+        group_size = get(grpo, "num_generations_per_prompt", "grpo.")
+    return block, group_size, tokenizer
+
+
 def apply_group_length_penalties(
     results: list[dict[str, Any]],
     length_penalty_config: LengthPenaltyConfig | dict[str, Any] | None,
-    group_size: int,
+    group_size: int | Any = None,
     tokenizer: Any = None,
 ) -> dict[str, float]:
     """Apply NeMo-RL's per-prompt-group length penalties; mutate `full_result["reward"]` in place.
 
     `group_size` contiguous rows form a group (the last may be shorter). Returns the five
     `length_penalty/*` per-row metrics, or {} when nothing is enabled or `results` is empty.
+    The older call, `(results, master_config, tokenizer)`, is accepted too: the block is the
+    master config's `grpo.length_penalty` and the group size its `grpo.num_generations_per_prompt`.
     """
+    if _is_master_config(length_penalty_config):
+        length_penalty_config, group_size, tokenizer = _from_master_config(length_penalty_config, group_size,
+                                                                           tokenizer)
     if length_penalty_config is None:  # grpo.length_penalty not configured
         return {}
     cfg = _config(length_penalty_config)

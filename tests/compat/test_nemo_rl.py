@@ -205,6 +205,41 @@ class TestTextAndLengths:
         assert rewards(results) == pytest.approx([1.1, 0.9, 1, 1])
 
 
+class TestOlderCall:
+    """`(results, master_config, tokenizer)`: the block and the group size come from the master config."""
+
+    CFG = {"default": {"longest_total_penalty": 0.2, "total_bonus": 0.1}}
+
+    def _results(self):
+        results = [row(1), row(1), row(0), row(1)]
+        for r, text in zip(results, ("long_word longer", "a a a a", "b", "c c")):
+            r["full_result"]["response"]["output"][0]["content"][0]["text"] = text
+        return results
+
+    def test_it_shapes_as_the_current_call_does(self):
+        older, current = self._results(), self._results()
+        master = {"grpo": {"length_penalty": self.CFG, "num_generations_per_prompt": 2}, "policy": {}}
+        metrics = apply_group_length_penalties(older, master, FakeTokenizer())
+        assert metrics == apply_group_length_penalties(current, self.CFG, 2, tokenizer=FakeTokenizer())
+        assert rewards(older) == rewards(current) == pytest.approx([1.1, 0.8, 0, 1])  # counted in words
+
+    def test_a_model_with_a_grpo_section_is_a_master_config_too(self):
+        older, current = self._results(), self._results()
+        master = SimpleNamespace(grpo={"length_penalty": self.CFG, "num_generations_per_prompt": 2})
+        apply_group_length_penalties(older, master, FakeTokenizer())
+        apply_group_length_penalties(current, self.CFG, 2, tokenizer=FakeTokenizer())
+        assert rewards(older) == rewards(current)
+
+    def test_without_a_length_penalty_block_nothing_changes(self):
+        results = self._results()
+        assert apply_group_length_penalties(results, {"grpo": {"num_generations_per_prompt": 2}}, None) == {}
+        assert rewards(results) == [1, 1, 0, 1]
+
+    def test_a_master_config_without_its_group_size_is_an_error_naming_it(self):
+        with pytest.raises(KeyError, match="master_config: missing grpo.'num_generations_per_prompt'"):
+            apply_group_length_penalties(self._results(), {"grpo": {"length_penalty": self.CFG}}, FakeTokenizer())
+
+
 # ------------------------------------------------------------------------------------- algorithms
 class TestShortestBonus:
     def test_guide_total_bonus(self):
