@@ -10,17 +10,50 @@ whole groups (`index`, the uid of each prompt). The estimator reads each respons
 moves the change onto the response's last token, and hands the result to verl's own base estimator
 (GRPO, or RLOO). Registration must happen in the process that computes advantages: inside verl's
 Ray task runner (see docs/trainers.md for the recipe).
+
+verl hands an estimator only tensors and the uid, so a spec input that is not the one length (a
+second length, a flag) or its metadata comes from the batch's `non_tensor_batch` through
+`with_columns`, which wraps verl's `compute_advantage`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import difflib
+import functools
 from typing import Any, Callable, Mapping
 
-from ._groups import require, resolve_shaper, shape_by_group
+from ._groups import require, resolve_shaper, shape_by_group, spec_inputs, spec_metas
 
 WHERE = "shapec.compat.verl"
 BASES = ("grpo", "rloo")
+# the non_tensor_batch of the DataProto whose advantages with_columns' compute_advantage is computing
+_BATCH_COLUMNS: contextvars.ContextVar[Mapping | None] = contextvars.ContextVar("shapec_verl_columns", default=None)
+
+
+def with_columns(compute_advantage: Callable) -> Callable:
+    """verl's `compute_advantage` (of `verl.trainer.ppo.ray_trainer`), with each sample's
+    `non_tensor_batch` entries visible to shapec's estimators as columns: an entry named like a
+    spec input or metadata fills it (metadata: every sample of a uid group the same). verl forwards
+    no per-sample data to a custom estimator; assign the result where the trainer looks it up (see
+    docs/trainers.md)."""
+    @functools.wraps(compute_advantage)
+    def compute_advantage_with_columns(data, *args, **kwargs):
+        token = _BATCH_COLUMNS.set(data.non_tensor_batch)
+        try:
+            return compute_advantage(data, *args, **kwargs)
+        finally:
+            _BATCH_COLUMNS.reset(token)
+
+    return compute_advantage_with_columns
+
+
+def _columns(compiled) -> dict[str, list]:
+    """The spec's inputs and metadata found in the batch's non_tensor_batch (with_columns); one
+    value per sample each, which shape_by_group checks."""
+    batch = _BATCH_COLUMNS.get() or {}
+    names = [*spec_inputs(compiled), *spec_metas(compiled)]
+    return {name: list(batch[name]) for name in names if name in batch}
 
 
 def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = None, params: Mapping | None = None,
@@ -46,7 +79,7 @@ def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = N
         lengths = response_mask.sum(dim=-1)
         shaped = shape_by_group(compiled, scores.detach().double().cpu().numpy(), list(index),
                                 lengths=lengths.detach().double().cpu().numpy(), params=params,
-                                where=f"{WHERE} ({name})")
+                                columns=_columns(compiled), where=f"{WHERE} ({name})")
         change = torch.as_tensor(shaped.rewards, device=scores.device, dtype=torch.float64) - scores.double()
         # the last response token of each row; verl's outcome estimators read only the sum per row
         last = response_mask.shape[-1] - 1 - response_mask.flip(-1).int().argmax(dim=-1)

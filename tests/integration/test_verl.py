@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import shapec
-from shapec.compat.verl import register_advantage_estimator
+from shapec.compat.verl import register_advantage_estimator, with_columns
 
 from .require import need
 
@@ -75,3 +75,47 @@ def test_metrics_kept_and_unknown_base_named():
     assert 0 < estimator.last_metrics["penalized_frac"] < 1
     with pytest.raises(ValueError, match=r"base='grp'; expected one of grpo, rloo \(did you mean 'grpo'\?\)"):
         register_advantage_estimator("shapec_test_bad", "kimi", base="grp")
+
+
+REASONING = [120, 40, 300, 90, 60, 10, 200, 80, 50]
+ANSWER = [30, 20, 10, 60, 5, 15, 25, 35, 45]
+LOW_EFFORT = [0, 0, 0, 0, 1, 0, 0, 0, 0]
+NEMO = {"longest_total_penalty": 0.2, "total_bonus": 0.1, "group_total_length_penalty_coeff": 0.05}
+
+
+def _nemo_expected():
+    """nemo_rl.length_penalty on each uid group with its columns, then GRPO, computed here."""
+    shaper = shapec.load("nemo_rl", backend="interpreter").length_penalty
+    out = np.zeros(len(UIDS))
+    for uid in dict.fromkeys(UIDS):
+        rows = [i for i, u in enumerate(UIDS) if u == uid]
+        shaped = shaper([CORRECT[i] for i in rows], group_size=len(rows), params=NEMO, metadata={
+            "profile_band": None, "profiled": None}, channels={
+            "reasoning": [REASONING[i] for i in rows], "answer": [ANSWER[i] for i in rows],
+            "low_effort": [LOW_EFFORT[i] for i in rows]}).rewards
+        out[rows] = (shaped - shaped.mean()) / (shaped.std(ddof=1) + 1e-6)
+    return out
+
+
+def test_a_spec_with_several_inputs_reads_them_from_the_batchs_non_tensor_columns():
+    torch = need("torch", "verl")
+    ray_trainer = need("verl.trainer.ppo.ray_trainer", "verl")
+    config = need("verl.trainer.config", "verl").AlgoConfig(adv_estimator="x")
+    register_advantage_estimator("shapec_test_nemo", "nemo_rl", shaper="length_penalty", params=NEMO,
+                                 backend="interpreter")
+    data = _data(torch)
+    with pytest.raises(ValueError, match=r"several length inputs without a column \(reasoning, answer\)"):
+        ray_trainer.compute_advantage(data, adv_estimator="shapec_test_nemo", config=config)
+    for name, values in (("reasoning", REASONING), ("answer", ANSWER), ("low_effort", LOW_EFFORT),
+                         ("profile_band", [None] * len(UIDS)), ("profiled", [None] * len(UIDS))):
+        data.non_tensor_batch[name] = np.array(values, dtype=object)
+    data = with_columns(ray_trainer.compute_advantage)(data, adv_estimator="shapec_test_nemo", config=config)
+    advantages, mask = data.batch["advantages"], data.batch["response_mask"]
+    np.testing.assert_allclose((advantages * mask).sum(-1).numpy() / mask.sum(-1).numpy(), _nemo_expected(),
+                               rtol=1e-5, atol=1e-5)
+    plain = np.zeros(len(UIDS))  # GRPO on the unshaped rewards: the columns change the advantages
+    for uid in dict.fromkeys(UIDS):
+        rows = [i for i, u in enumerate(UIDS) if u == uid]
+        r = np.array([CORRECT[i] for i in rows], dtype=float)
+        plain[rows] = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+    assert not np.allclose(_nemo_expected(), plain, atol=1e-3)
