@@ -37,13 +37,6 @@ ARGUMENTS = ("rewards", "group_size", "offsets", "channels", "metadata", "reward
 
 
 # ------------------------------------------------------------------ helpers the generated code calls
-def group_offsets(n: int, group_size: Any, offsets: Any, allow_short_last_group: bool) -> np.ndarray:
-    """The call's group boundaries (make_offsets), the common `group_size=k` without its checks."""
-    if offsets is None and type(group_size) is int and group_size > 0 and n % group_size == 0:
-        return np.arange(0, n + 1, group_size, dtype=np.int64) if n else np.zeros(1, dtype=np.int64)
-    return make_offsets(n, group_size, offsets, allow_short_last_group)
-
-
 def mapping(name: str, value: Any) -> Mapping:
     """`channels` or `metadata`: a mapping (None is an empty one)."""
     if type(value) is dict:  # the common case, before the slower ABC check
@@ -208,7 +201,7 @@ def band_rows(checks, name: str, table: np.ndarray) -> np.ndarray:
     return out if checks.band_rows(table, out) else band_table(name, table, len(table))
 
 
-NAMESPACE = {f.__name__: f for f in (numeric, group_offsets, mapping, known_keys, missing_input, absent_names,
+NAMESPACE = {f.__name__: f for f in (numeric, make_offsets, mapping, known_keys, missing_input, absent_names,
                                      scalar_column, band_column, record_columns, list_columns, bad_values, band_rows)}
 
 
@@ -243,10 +236,6 @@ class _Plan:
         self.bands.append(py.assign(var, py.call("band_rows", py.name("checks"), py.const(label), py.name(var))))
 
 
-def _is_not_none(var: str) -> ast.Compare:
-    return ast.Compare(py.name(var), [ast.IsNot()], [py.const(None)])
-
-
 def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]) -> tuple[list[ast.stmt], dict]:
     """The binder's statements (the body of `bind`) and the MetaPlans it reads by name."""
     plan, plans = _Plan(), {}
@@ -254,8 +243,8 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
     forms = plan.forms
     forms += [py.assign("rewards", py.call("numeric", py.const("rewards"), py.name("rewards"))),
               py.assign("n", py.call("len", py.name("rewards"))),
-              py.assign("offsets", py.call("group_offsets", *map(py.name, ("n", "group_size", "offsets",
-                                                                             "allow_short_last_group")))),
+              py.assign("offsets", py.call("make_offsets", *map(py.name, ("n", "group_size", "offsets",
+                                                                            "allow_short_last_group")))),
               py.assign("G", ast.BinOp(py.call("len", py.name("offsets")), ast.Sub(), py.const(1))),
               py.assign("channels", py.call("mapping", py.const("channels"), py.name("channels"))),
               py.assign("metadata", py.call("mapping", py.const("metadata"), py.name("metadata"))),
@@ -271,12 +260,12 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
         forms.append(py.assign(var, ast.IfExp(given, read, missing)))
         plan.check(var, label, typ, False)
         inputs_dict.append((input_name, py.name(var)))
-    forms.append(ast.If(_is_not_none("reward_components"), [
+    forms.append(ast.If(py.is_not_none(py.name("reward_components")), [
         py.assign("reward_components", py.call("numeric", py.const("reward_components"), py.name("reward_components"),
                                                py.name("n")))], []))
     components_check = _Plan()
     components_check.check("reward_components", "reward_components", "components", False)
-    plan.values.append(ast.If(_is_not_none("reward_components"), components_check.values, []))
+    plan.values.append(ast.If(py.is_not_none(py.name("reward_components")), components_check.values, []))
     forms.append(py.assign("absent", ast.IfExp(
         ast.Compare(py.call("len", py.name("metadata")), [ast.Eq()], [py.const(len(meta_names))]), py.const(()),
         py.call("absent_names", py.name("metadata"), py.const(meta_names)))))

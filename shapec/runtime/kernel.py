@@ -152,16 +152,12 @@ def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):
 def _argument(a: Arg, slot: int | None) -> ast.expr:
     """The expression of one argument (`slot`: its index in the packed params, for a param)."""
     batch = functools.partial(py.attr, "batch")
-    components_given = ast.Compare(batch("components"), [ast.IsNot()], [py.const(None)])
-    if a.source == "env_rewards":
-        given = ast.Compare(batch("env_rewards"), [ast.IsNot()], [py.const(None)])
-        return ast.IfExp(given, batch("env_rewards"), batch("rewards"))
-    if a.source == "components":
-        return ast.IfExp(components_given, batch("components"), py.name("EMPTY"))
     return {
         "rewards": lambda: batch("rewards"),
+        "env_rewards": lambda: ast.IfExp(py.is_not_none(batch("env_rewards")), batch("env_rewards"), batch("rewards")),
         "offsets": lambda: batch("offsets"),
-        "use_components": lambda: components_given,
+        "components": lambda: ast.IfExp(py.is_not_none(batch("components")), batch("components"), py.name("EMPTY")),
+        "use_components": lambda: py.is_not_none(batch("components")),
         "nthreads": lambda: py.call("nthreads"),
         "input": lambda: py.item(batch("inputs"), a.key),
         "meta": lambda: py.item(batch("metas"), a.key),

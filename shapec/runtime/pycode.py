@@ -36,6 +36,10 @@ def item(obj: ast.expr, key: Any) -> ast.Subscript:
     return ast.Subscript(obj, const(key), ast.Load())
 
 
+def is_not_none(value: ast.expr) -> ast.Compare:
+    return ast.Compare(value, [ast.IsNot()], [const(None)])
+
+
 def target(to: str | list) -> ast.expr:
     """A name, or a (nested) tuple of names to unpack into."""
     if isinstance(to, str):

@@ -232,6 +232,8 @@ def check_offsets(name: str, off: np.ndarray, total: int, what: str = "rewards")
 
 def group_size_offsets(n: int, group_size: Any, allow_short_last_group: bool = False) -> np.ndarray:
     """Offsets of contiguous groups of `group_size` rows; a short last group only when asked for."""
+    if type(group_size) is int and group_size > 0 and n % group_size == 0:  # the common case, checked at once
+        return np.arange(0, n + 1, group_size, dtype=np.int64)
     if isinstance(group_size, (bool, np.bool_)) or not isinstance(group_size, (int, np.integer)) or group_size <= 0:
         raise BatchError(f"group_size: expected a positive integer, got {show(group_size)}")
     size = int(group_size)
