@@ -108,24 +108,20 @@ def _is_master_config(value: Any) -> bool:
 def _from_master_config(master: Any, group_size: Any, tokenizer: Any) -> tuple[Any, int, Any]:
     """(length_penalty block, group size, tokenizer) of the older call `(results, master_config,
     tokenizer)`, whose third argument is the tokenizer."""
-    def get(obj: Any, key: str, where: str) -> Any:
-        if isinstance(obj, Mapping):
-            if key not in obj:
-                raise KeyError(f"master_config: missing {where}{key!r}")
-            return obj[key]
-        if not hasattr(obj, key):
-            raise KeyError(f"master_config: missing {where}{key!r}")
-        return getattr(obj, key)
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
 
     if group_size is not None and not isinstance(group_size, (int, np.integer)):
         if tokenizer is not None:
             raise TypeError("apply_group_length_penalties(results, master_config, tokenizer): got a tokenizer "
                             "twice (the third argument of this call is the tokenizer)")
         tokenizer, group_size = group_size, None
-    grpo = get(master, "grpo", "")
-    block = grpo.get("length_penalty") if isinstance(grpo, Mapping) else getattr(grpo, "length_penalty", None)
+    grpo = get(master, "grpo")
+    block = get(grpo, "length_penalty")
     if group_size is None:
-        group_size = get(grpo, "num_generations_per_prompt", "grpo.")
+        group_size = get(grpo, "num_generations_per_prompt")
+        if group_size is None:
+            raise KeyError("master_config: missing grpo.'num_generations_per_prompt'")
     return block, group_size, tokenizer
 
 

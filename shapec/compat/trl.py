@@ -103,12 +103,12 @@ class StepState:
 
     def run(self, trainer_state: Any, shape: Callable):
         step = getattr(trainer_state, "global_step", None)
-        if step is None or not self.shaper.state_dict():
+        now = self.shaper.state_dict()
+        if step is None or not now:
             return shape()
         if self.training_step in (None, step) and step != self.advanced:
-            self.advanced, self.before = step, self.shaper.state_dict()
+            self.advanced, self.before = step, now
             return shape()
-        now = self.shaper.state_dict()
         if step == self.advanced:
             self.shaper.load_state_dict(self.before)
         try:

@@ -306,11 +306,9 @@ class NemoGymLayout:
 
         if not any(name in self.text_lengths for name, _ in inputs):
             return [None] * len(rows)
-        readable = [isinstance(row, dict) and isinstance(row.get("full_result", MISSING), dict) for row in rows]
-        kept = [row for row, ok in zip(rows, readable) if ok]
-        counted = iter(text_lengths(kept, [""] * len(kept), [self.unit == "tokens"] * len(kept),
-                                    self.tokenizer))
-        return [next(counted) if ok else None for ok in readable]
+        # a row that is not a result (a bad line, no full_result) gets an error here that extract,
+        # which reports such a row first, never reads
+        return text_lengths(rows, [""] * len(rows), [self.unit == "tokens"] * len(rows), self.tokenizer)
 
     def extract(self, chunk: Chunk, inputs, metas) -> Extracted:
         errors: dict[int, RowError] = {}
