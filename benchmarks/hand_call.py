@@ -8,12 +8,15 @@ items), turns the low-effort flags into 0/1, packs the bands, remembers the para
 type, allocates the outputs and returns what the result holds (rewards, skip and gate codes,
 metrics as a dict). It words no error (a bad call raises one ValueError), knows no other form of
 any argument, and keeps no breakdown: shapec's call, with all of that, is measured against it. Its
-checks are one-pass numba loops of its own (below).
+checks are one-pass numba loops, one call per array: its own (below), and shapec's for list offsets.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+from numba import njit
 
 import hand_nemo_rl as hand
 from shapec.compiler import store
@@ -23,10 +26,34 @@ _F64, _I64 = np.dtype(np.float64), np.dtype(np.int64)
 CHANNELS = ("total", "reasoning", "answer")
 
 
+@njit(cache=True, nogil=True)
+def clean(arr, nonneg):
+    """Every value finite, and >= 0 when nonneg."""
+    bad = 0
+    for i in range(arr.shape[0]):
+        v = arr[i]
+        bad += (not (v - v) == 0.0) | (nonneg & (v < 0.0))
+    return bad == 0
+
+
+@njit(cache=True, nogil=True)
+def band_rows(table, out):
+    """(G, 3) rows (three NaNs: absent) -> (G, 4) rows a, b, f, present; False on a bad present row."""
+    for g in range(table.shape[0]):
+        a, b, f = table[g, 0], table[g, 1], table[g, 2]
+        if math.isnan(a) and math.isnan(b) and math.isnan(f):
+            out[g, 0], out[g, 1], out[g, 2], out[g, 3] = math.nan, math.nan, math.nan, 0.0
+        elif math.isfinite(a) and math.isfinite(b) and math.isfinite(f) and b > a and 0.0 <= f <= 1.0:
+            out[g, 0], out[g, 1], out[g, 2], out[g, 3] = a, b, f, 1.0
+        else:
+            return False
+    return True
+
+
 class HandCall:
     def __init__(self, ir):
         self.ir = ir
-        self.checks = store.value_checks()
+        self.clean_offsets = store.value_checks().clean_offsets
         self.params: dict = {}
         self.metric_names = tuple(m for m, _ in ir.metrics)
 
@@ -37,32 +64,29 @@ class HandCall:
         return value
 
     def __call__(self, rewards, group_size: int, channels: dict, metadata: dict, params: dict):
-        clean = self.checks.clean_values
         n = len(rewards)
         r = self._array(rewards, n).copy()
-        if type(group_size) is not int or group_size <= 0 or n % group_size or not clean(r, False, False, False):
+        if type(group_size) is not int or group_size <= 0 or n % group_size or not clean(r, False):
             raise ValueError("bad rewards or group size")
         G = n // group_size
         offsets = np.arange(0, n + 1, group_size, dtype=np.int64)
         reasoning = self._array(channels["reasoning"], n)
         answer = self._array(channels["answer"], n)
         low = self._array(channels["low_effort"], n)
-        if not (clean(reasoning, True, False, False) and clean(answer, True, False, False)
-                and clean(low, False, False, False)):
+        if not (clean(reasoning, True) and clean(answer, True) and clean(low, False)):
             raise ValueError("bad channel")
         low = (low != 0).astype(np.float64)
         bands = np.empty((3, G, 4))
         tables = metadata["profile_band"]
         for c, name in enumerate(CHANNELS):
             table = tables.get(name)
-            if type(table) is not np.ndarray or table.shape != (G, 3) or not self.checks.band_rows(table, bands[c]):
+            if type(table) is not np.ndarray or table.shape != (G, 3) or not band_rows(table, bands[c]):
                 raise ValueError("bad band table")
         prof = metadata["profiled"]
         m = len(prof["reward"])
         p_off = self._array(prof["offsets"], G + 1, _I64)
         p_reward, p_length = self._array(prof["reward"], m), self._array(prof["length"], m)
-        if not (self.checks.clean_offsets(p_off, m) and clean(p_reward, False, False, False)
-                and clean(p_length, True, False, False)):
+        if not (self.clean_offsets(p_off, m) and clean(p_reward, False) and clean(p_length, True)):
             raise ValueError("bad profiled list")
         key = (tuple(params.items()), tuple(map(type, params.values())))
         if key not in self.params:

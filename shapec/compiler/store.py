@@ -195,7 +195,7 @@ def _compile(fn, signature) -> None:
 def _checks_source() -> str:
     """value_checks.py's functions under `@njit`, with the imports they use."""
     parts = ["import math\n\nimport numpy as np\nfrom numba import njit\n"]
-    for name in value_checks_source.SIGNATURES:
+    for name in (*value_checks_source.SIGNATURES, *value_checks_source.HELPERS):
         parts.append("@njit(cache=True, nogil=True)\n" + inspect.getsource(getattr(value_checks_source, name)))
     return "\n\n".join(parts)
 

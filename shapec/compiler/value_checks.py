@@ -1,24 +1,56 @@
-"""The value checks of a call's arrays, as plain Python: one pass over an array each, no allocation.
+"""The value checks of a call's arrays, as plain Python: one pass over each array, no allocation.
 
 Every call validates each array it is given (runtime/batch.py); on a group of four rollouts a
-numpy reduction costs more than the kernel, so the checks are machine code too. store.py copies
-these functions into a generated module of the private cache under `@njit` (as kernels carry
-the numba helpers), compiles them for the signatures below and hands them to the batch layer.
-They only say whether an array is clean: on False, runtime/validate.py looks again and words the
-error (the field, the first bad index, what was expected). Here they stay testable without numba.
+numpy reduction costs more than the kernel, so the checks are machine code too, and one call
+checks all of a call's arrays (each call into numba costs about a microsecond). store.py copies
+these functions into a generated module of the private cache under `@njit` (as kernels carry the
+numba helpers), compiles the entry points for the signatures below and hands them to the batch
+layer. They only say whether everything is clean: runtime/validate.py then looks again and words
+the error (the field, the first bad index, what was expected). Here they stay testable without
+numba.
 """
 
 import math
 
 import numpy as np
 
-# each function's numba signature: the batch layer hands them fresh C-contiguous arrays
+# a numba signature has a fixed arity: a call with more arrays, tables or lists takes more calls
+ARRAYS, TABLES, LISTS = 8, 4, 2
+
+# each entry point's numba signature: the batch layer hands them C-contiguous arrays
 SIGNATURES = {
-    "clean_values": "boolean(float64[::1], boolean, boolean, boolean)",
+    "all_clean": f"boolean(UniTuple(int64[::1], {LISTS}), UniTuple(int64, {LISTS}), "
+                 f"UniTuple(float64[::1], {ARRAYS}), int64[:, ::1], UniTuple(float64[:, ::1], {TABLES}), "
+                 f"float64[:, :, ::1])",
     "as_flags": "float64[::1](float64[::1])",
-    "band_rows": "boolean(float64[:, ::1], float64[:, ::1])",
     "clean_offsets": "boolean(int64[::1], int64)",
 }
+HELPERS = ("clean_values", "band_rows")  # compiled with the entry points that call them
+
+
+def all_clean(offsets, ends, arrays, rules, tables, rows):
+    """Whether a call's arrays are all clean, in one call: each list's offsets slice its items
+    (clean_offsets, to ends[k]; a spare slot is [0] ending at 0), each array k < len(rules) holds
+    clean values by rules[k] = (nonneg, allow_nan, whole, flags), and each band table k < len(rows)
+    has good rows, written to rows[k] (band_rows). When all are clean, each array with `flags`
+    becomes 0/1 in place (as_flags: the batch layer hands only its own copies for it)."""
+    for k in range(len(ends)):
+        if not clean_offsets(offsets[k], ends[k]):
+            return False
+    for k in range(rules.shape[0]):
+        if not clean_values(arrays[k], rules[k, 0] != 0, rules[k, 1] != 0, rules[k, 2] != 0):
+            return False
+    for k in range(rows.shape[0]):
+        if not band_rows(tables[k], rows[k]):
+            return False
+    for k in range(rules.shape[0]):
+        if rules[k, 3] != 0:
+            arr = arrays[k]
+            for i in range(arr.shape[0]):
+                v = arr[i]
+                if v == v:
+                    arr[i] = 1.0 if v != 0.0 else 0.0
+    return True
 
 
 def clean_values(arr, nonneg, allow_nan, whole):

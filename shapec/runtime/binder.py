@@ -9,8 +9,9 @@ becomes code). It runs in the two steps batch.py describes:
 
 1. every argument in array form (`numeric`, and the form readers below for metadata), a form
    that cannot be one named at once, in argument order;
-2. every array's values checked by one compiled pass each (compiler/value_checks.py), in the same
-   order, the validators wording an error only when a pass fails; band tables last.
+2. every array's values checked by compiled passes (compiler/value_checks.py), several arrays a
+   call, in the same order, the validators wording an error only when a pass fails; band tables
+   last.
 
 The generated code calls only the helpers of NAMESPACE; what it does for each kind of argument is
 written in them, once, in plain Python.
@@ -26,12 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from ..compiler import store
+from ..compiler import store, value_checks
+from ..compiler.lowering.names import ShapecInternalError
 from ..ir.nodes import MetaSpec, ShaperIR
 from . import pycode as py
 from .batch import NONNEG, Batch, MetaPlan, checked, hint, make_offsets, no_bands
 from .validate import BatchError, as_array, band, band_table, check_offsets, exact, integers, numeric, show
 
+F64 = np.dtype(np.float64)
 ARGUMENTS = ("rewards", "group_size", "offsets", "channels", "metadata", "reward_components",
              "allow_short_last_group")
 
@@ -83,6 +86,17 @@ def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | No
         if key not in fields:
             raise BatchError(f"{name}: group {g}: unknown field {key!r}{hint(key, fields)}; fields: {fields}")
     return row
+
+
+def column(name: str, value: Any, length: int | None, what: str = "rollout") -> np.ndarray:
+    """An array the call only reads (kernels never write their inputs): the caller's own when it is
+    already what a kernel takes (float64, 1-d, C-contiguous and writeable: numba's signatures take
+    no read-only array), else numeric's fresh copy. Not for a bool column, which the value check
+    makes 0/1 in place."""
+    if (type(value) is np.ndarray and value.dtype == F64 and value.ndim == 1 and length in (None, len(value))
+            and value.flags.c_contiguous and value.flags.writeable):
+        return value
+    return numeric(name, value, length, what)
 
 
 def scalar_column(name: str, value: Any, G: int) -> np.ndarray:
@@ -140,12 +154,13 @@ def record_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
     return tuple(columns)
 
 
-def list_columns(checks, plan: MetaPlan, value: Any, G: int) -> tuple:
+def list_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
     """List metadata as (offsets, field arrays in declaration order): from {"offsets": (G+1,)
     integers, field: values, ...}, or per group a record of equal-length lists (None or a partial
-    record: no items; zip semantics, the shortest list decides), whose values are checked as read."""
+    record: no items; zip semantics, the shortest list decides), whose values are checked as read.
+    The offsets are checked with the call's values (all_clean)."""
     if isinstance(value, Mapping):
-        return _flat_list(checks, plan, value, G)
+        return _flat_list(plan, value, G)
     spec, name, fields = plan.spec, plan.label, plan.names
     rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
                                              for g, row in enumerate(per_group(name, value, G))]
@@ -166,7 +181,7 @@ def list_columns(checks, plan: MetaPlan, value: Any, G: int) -> tuple:
     return off, tuple(np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields)
 
 
-def _flat_list(checks, plan: MetaPlan, value: Mapping, G: int) -> tuple:
+def _flat_list(plan: MetaPlan, value: Mapping, G: int) -> tuple:
     """{"offsets": ..., field: values, ...}: every field as long as the offsets say."""
     name, fields, expected = plan.label, plan.names, plan.expected
     if value.keys() != plan.expected_keys:
@@ -180,29 +195,33 @@ def _flat_list(checks, plan: MetaPlan, value: Mapping, G: int) -> tuple:
     off = integers(plan.offsets_label, value["offsets"])
     if len(off) != G + 1:
         raise BatchError(f"{name}.offsets: expected {G + 1} values (groups + 1), got {len(off)}")
-    columns = tuple(numeric(label, value[f], None, "item") for f, label in zip(fields, plan.item_labels))
+    columns = tuple((numeric if t == "bool" else column)(label, value[f], None, "item")
+                    for (f, t), label in zip(plan.spec.fields, plan.item_labels))
     total = len(columns[0])
-    for f, column in zip(fields[1:], columns[1:]):
-        if len(column) != total:
-            raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(column)}")
-    if not checks.clean_offsets(off, total):
-        check_offsets(plan.offsets_label, off, total, f"{fields[0]!r} items")
+    for f, items in zip(fields[1:], columns[1:]):
+        if len(items) != total:
+            raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(items)}")
     return off, columns
 
 
-def bad_values(name: str, arr: np.ndarray, typ: str, allow_nan: bool) -> None:
-    """A compiled check failed: the validator words the first bad value (and raises)."""
-    checked(name, arr, typ, allow_nan)
+def bad_call(offsets: tuple, ends: tuple, offset_names: tuple, arrays: tuple, checks: tuple, tables: tuple,
+             table_names: tuple) -> None:
+    """all_clean found a bad value: the validators look again, in the same order (offsets, arrays,
+    band tables), and word the first (checks: each array's label, type and whether NaN is allowed)."""
+    for off, end, (name, what) in zip(offsets, ends, offset_names):
+        check_offsets(name, off, end, what)
+    for arr, (name, typ, allow_nan) in zip(arrays, checks):
+        checked(name, arr, typ, allow_nan)
+    for table, name in zip(tables, table_names):
+        band_table(name, table, len(table))
+    raise ShapecInternalError("internal error: the compiled value checks refused a call that the validators "
+                              "accept; this is a shapec bug, please report it")
 
 
-def band_rows(checks, name: str, table: np.ndarray) -> np.ndarray:
-    """A band table as (G, 4) rows (a, b, f, present), by the compiled check; band_table words a bad row."""
-    out = np.empty((len(table), 4))
-    return out if checks.band_rows(table, out) else band_table(name, table, len(table))
-
-
-NAMESPACE = {f.__name__: f for f in (numeric, make_offsets, mapping, known_keys, missing_input, absent_names,
-                                     scalar_column, band_column, record_columns, list_columns, bad_values, band_rows)}
+NAMESPACE = {f.__name__: f for f in (numeric, column, make_offsets, mapping, known_keys, missing_input, absent_names,
+                                     scalar_column, band_column, record_columns, list_columns, bad_call)}
+# the spare slots of all_clean's tuples: nothing to check
+NAMESPACE.update(np=np, EMPTY=np.zeros(0), NO_TABLE=np.zeros((0, 3)), NO_OFFSETS=np.zeros(1, dtype=np.int64))
 
 
 # ------------------------------------------------------------------ the generator
@@ -211,33 +230,67 @@ def _checks(fn: str, *args: ast.expr) -> ast.Call:
 
 
 class _Plan:
-    """The statements of one binder: forms first, then value checks, then band rows, then the Batch."""
+    """The statements of one binder: forms first, then the checks of every value (all_clean, one
+    compiled call for up to value_checks' ARRAYS arrays, TABLES band tables and LISTS lists), then
+    the Batch."""
 
     def __init__(self):
         self.forms: list[ast.stmt] = []
-        self.values: list[ast.stmt] = []
-        self.bands: list[ast.stmt] = []
+        self.checked: list[tuple[ast.expr, tuple[str, str, bool]]] = []  # (array, (label, type, allow NaN))
+        self.tables: list[tuple[str, str]] = []  # (variable, label) of each band table
+        self.lists: list[tuple[str, str, tuple[str, str]]] = []  # (offsets, first field, (label, what))
+        self.constants: dict[str, Any] = {}  # the rules of each check, by name
         self.count = 0
 
     def fresh(self, prefix: str) -> str:
         self.count += 1
         return f"{prefix}{self.count}"
 
-    def check(self, var: str, label: str, typ: str, allow_nan: bool) -> None:
-        """`if not clean(var, ...): bad_values(...)`, then a bool column as 0/1 flags."""
-        clean = _checks("clean_values", py.name(var), py.const(typ in NONNEG), py.const(allow_nan),
-                        py.const(typ == "int"))
-        fail = ast.Expr(py.call("bad_values", py.const(label), py.name(var), py.const(typ), py.const(allow_nan)))
-        self.values.append(ast.If(ast.UnaryOp(ast.Not(), clean), [fail], []))
-        if typ == "bool":
-            self.values.append(py.assign(var, _checks("as_flags", py.name(var))))
+    def check(self, var: ast.expr | str, label: str, typ: str, allow_nan: bool) -> None:
+        """Check an array's values (a bool column then becomes 0/1 flags)."""
+        self.checked.append((py.name(var) if isinstance(var, str) else var, (label, typ, allow_nan)))
 
     def band(self, var: str, label: str) -> None:
-        self.bands.append(py.assign(var, py.call("band_rows", py.name("checks"), py.const(label), py.name(var))))
+        self.tables.append((var, label))
+
+    def offsets(self, var: str, first_field: str, label: str, what: str) -> None:
+        self.lists.append((var, first_field, (label, what)))
+
+    def checks(self) -> list[ast.stmt]:
+        """`if not checks.all_clean(...): bad_call(...)` per chunk, each band table then its (G, 4) rows."""
+        out = []
+        sizes = (value_checks.ARRAYS, value_checks.TABLES, value_checks.LISTS)
+        kinds = (self.checked, self.tables, self.lists)
+        for chunk in range(max(-(-len(x) // n) for x, n in zip(kinds, sizes))):
+            arrays, tables, lists = (x[chunk * n:(chunk + 1) * n] for x, n in zip(kinds, sizes))
+            names = {k: self.fresh(k) for k in ("offsets_", "ends_", "arrays_", "RULES_", "tables_", "rows_")}
+            self.constants[names["RULES_"]] = np.array(
+                [(typ in NONNEG, allow_nan, typ == "int", typ == "bool") for _, (_, typ, allow_nan) in arrays],
+                dtype=np.int64).reshape(-1, 4)
+
+            def filled(items: list[ast.expr], spare: str, size: int) -> ast.Tuple:
+                return ast.Tuple(items + [py.name(spare) if spare else py.const(0)] * (size - len(items)), ast.Load())
+
+            shape = ast.Tuple([py.const(len(tables)), py.name("G"), py.const(4)], ast.Load())
+            out += [py.assign(names["offsets_"], filled([py.name(o) for o, _, _ in lists], "NO_OFFSETS", sizes[2])),
+                    py.assign(names["ends_"], filled([py.call("len", py.name(f)) for _, f, _ in lists], "", sizes[2])),
+                    py.assign(names["arrays_"], filled([a for a, _ in arrays], "EMPTY", sizes[0])),
+                    py.assign(names["tables_"], filled([py.name(v) for v, _ in tables], "NO_TABLE", sizes[1])),
+                    py.assign(names["rows_"], py.method("np", "empty", shape))]
+            call = _checks("all_clean", *map(py.name, (names["offsets_"], names["ends_"], names["arrays_"],
+                                                      names["RULES_"], names["tables_"], names["rows_"])))
+            fail = py.call("bad_call", py.name(names["offsets_"]), py.name(names["ends_"]),
+                           py.const(tuple(w for _, _, w in lists)), py.name(names["arrays_"]),
+                           py.const(tuple(c for _, c in arrays)), py.name(names["tables_"]),
+                           py.const(tuple(label for _, label in tables)))
+            out.append(ast.If(ast.UnaryOp(ast.Not(), call), [ast.Expr(fail)], []))
+            if tables:
+                out.append(py.assign([v for v, _ in tables], py.name(names["rows_"])))
+        return out
 
 
 def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]) -> tuple[list[ast.stmt], dict]:
-    """The binder's statements (the body of `bind`) and the MetaPlans it reads by name."""
+    """The binder's statements (the body of `bind`) and the MetaPlans and check rules it reads by name."""
     plan, plans = _Plan(), {}
     input_names, meta_names = tuple(n for n, _ in inputs), tuple(m.name for m in metas)
     forms = plan.forms
@@ -253,7 +306,8 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
     inputs_dict = []
     for input_name, typ in inputs:
         var, label = plan.fresh("input_"), f"channels[{input_name!r}]"
-        read = py.call("numeric", py.const(label), py.item(py.name("channels"), input_name), py.name("n"))
+        read = py.call("numeric" if typ == "bool" else "column", py.const(label),
+                       py.item(py.name("channels"), input_name), py.name("n"))
         missing = py.call("missing_input", py.name("channels"), py.const(input_names), py.const(input_name),
                           py.const(typ))
         given = ast.Compare(py.const(input_name), [ast.In()], [py.name("channels")])
@@ -263,9 +317,8 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
     forms.append(ast.If(py.is_not_none(py.name("reward_components")), [
         py.assign("reward_components", py.call("numeric", py.const("reward_components"), py.name("reward_components"),
                                                py.name("n")))], []))
-    components_check = _Plan()
-    components_check.check("reward_components", "reward_components", "components", False)
-    plan.values.append(ast.If(py.is_not_none(py.name("reward_components")), components_check.values, []))
+    plan.check(ast.IfExp(py.is_not_none(py.name("reward_components")), py.name("reward_components"),
+                         py.name("EMPTY")), "reward_components", "components", False)
     forms.append(py.assign("absent", ast.IfExp(
         ast.Compare(py.call("len", py.name("metadata")), [ast.Eq()], [py.const(len(meta_names))]), py.const(()),
         py.call("absent_names", py.name("metadata"), py.const(meta_names)))))
@@ -276,8 +329,8 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
         if spec.kind == "list":
             plans[plan_name := plan.fresh("plan_")] = meta
             off, fields = plan.fresh("list_offsets_"), [plan.fresh("list_field_") for _ in spec.fields]
-            forms.append(py.assign([off, fields], py.call("list_columns", py.name("checks"), py.name(plan_name),
-                                                          given, py.name("G"))))
+            forms.append(py.assign([off, fields], py.call("list_columns", py.name(plan_name), given, py.name("G"))))
+            plan.offsets(off, fields[0], meta.offsets_label, f"{spec.fields[0][0]!r} items")
             for var, (f, t), label in zip(fields, spec.fields, meta.item_labels):
                 plan.check(var, label, t, False)
             columns = py.dict_of([(f, py.name(v)) for (f, _), v in zip(spec.fields, fields)])
@@ -305,8 +358,8 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
             ("rewards", py.name("rewards")), ("offsets", py.name("offsets")), ("inputs", py.dict_of(inputs_dict)),
             ("metas", py.dict_of(metas_dict)), ("bands", py.dict_of(bands_dict)), ("lists", py.dict_of(lists_dict)),
             ("components", py.name("reward_components")), ("absent", py.name("absent")))])
-    body = [py.assign("checks", py.call("value_checks")), *forms, *plan.values, *plan.bands, ast.Return(batch)]
-    return body, plans
+    body = [py.assign("checks", py.call("value_checks")), *forms, *plan.checks(), ast.Return(batch)]
+    return body, {**plans, **plan.constants}
 
 
 @functools.lru_cache(maxsize=256)

@@ -135,7 +135,7 @@ class Kernel:
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
-            dict(zip(self.state_names, state_out.tolist())))
+            dict(zip(self.state_names, state_out.tolist())) if self.state_names else {})
 
 
 def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):
@@ -143,14 +143,15 @@ def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):
     tuple in order: the batch's arrays (batch.py makes them contiguous and of their dtype), the packed
     params, the state as an array. A call on one group costs mostly such Python, so it is straight-line."""
     slots = itertools.count()  # the packed params, in the order of their arguments
-    values = [_argument(a, next(slots) if a.source == "params" else None) for a in inputs]
+    values = [_argument(a, next(slots) if a.source == "params" else None, states) for a in inputs]
     body = [ast.Return(ast.Tuple(values, ast.Load()))]
     return py.function("arguments", ("batch", "packed", "state"),
                        body, {"EMPTY": EMPTY, "nthreads": _nthreads, "state_array": _state_array, "states": states})
 
 
-def _argument(a: Arg, slot: int | None) -> ast.expr:
-    """The expression of one argument (`slot`: its index in the packed params, for a param)."""
+def _argument(a: Arg, slot: int | None, states: tuple[str, ...]) -> ast.expr:
+    """The expression of one argument (`slot`: its index in the packed params, for a param; a
+    stateless kernel's state is the empty array)."""
     batch = functools.partial(py.attr, "batch")
     return {
         "rewards": lambda: batch("rewards"),
@@ -165,7 +166,7 @@ def _argument(a: Arg, slot: int | None) -> ast.expr:
         "list_offsets": lambda: py.item(py.item(batch("lists"), a.key), 0),
         "list_field": lambda: py.item(py.item(py.item(batch("lists"), a.key[0]), 1), a.key[1]),
         "params": lambda: py.item(py.name("packed"), slot),
-        "state": lambda: py.call("state_array", py.name("state"), py.name("states")),
+        "state": lambda: py.call("state_array", py.name("state"), py.name("states")) if states else py.name("EMPTY"),
     }[a.source]()
 
 
@@ -177,7 +178,7 @@ def _state_array(state: dict[str, float], names: tuple[str, ...]) -> np.ndarray:
     return np.array([float(state[name]) for name in names], dtype=np.float64)
 
 
-EMPTY = np.zeros(0)  # every call without reward components (kernels never write their inputs)
+EMPTY = np.zeros(0)  # the components of a call without them, the state of a stateless kernel (never written)
 
 
 @contextlib.contextmanager

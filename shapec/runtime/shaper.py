@@ -166,9 +166,9 @@ class Bound:
         self.absent_ok: set[tuple] = set()  # (metadata left out, groups) these params shape without (_refuse_absent)
 
     def kernel_args(self, i: int, kernel, G: int) -> tuple:
-        """(compiled kernel, packed params) of stage i for a call on G groups."""
+        """(compiled kernel, packed params) of stage i for a call on G groups (which its per-group
+        params are for: the caller checks)."""
         resolved = self.resolved[i]
-        resolved.check_groups(G)
         found = self._kernel_args[i]
         if found is None:
             packed = kernel.pack(resolved.columns(G if resolved.per_group else 1))
@@ -309,6 +309,7 @@ class CompiledShaper:
             for i, kernel in enumerate(self._kernels):
                 per_group = bound.resolved[i].per_group
                 G = groups if groups is not None else len(next(iter(per_group.values()))) if per_group else 1
+                bound.resolved[i].check_groups(G)
                 bound.kernel_args(i, kernel, G)
         return BoundShaper(self, bound)
 
@@ -348,7 +349,7 @@ class CompiledShaper:
         batch = self._binder(rewards, group_size, offsets, channels, metadata, reward_components,
                              allow_short_last_group)
         if env_rewards is None:
-            batch.env_rewards = batch.rewards.copy()
+            batch.env_rewards = batch.rewards  # no stage writes it: each returns new rewards
         else:
             batch.env_rewards = numeric("env_rewards", env_rewards, batch.n)
             if not np.isfinite(batch.env_rewards).all():
@@ -414,8 +415,8 @@ class CompiledShaper:
 
     def _warn_non_binary(self, ir: ShaperIR, out: StageOutput) -> None:
         """Warn once per stage of this shaper, not on every training step."""
-        if ir.requires != "binary" or ir.name in self._warned or not out.skip_codes.any():
-            return  # most calls skip no group: one reduction, not a comparison and a count
+        if ir.requires != "binary" or ir.name in self._warned or not np.count_nonzero(out.skip_codes):
+            return  # many calls skip no group: one count, not a comparison and a count
         count = int(np.count_nonzero(out.skip_codes == ir.skip_reasons.index("non_binary")))
         if count:
             self._warned.add(ir.name)

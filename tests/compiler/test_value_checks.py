@@ -30,17 +30,42 @@ def accepted(fn, *args) -> bool:
     return True
 
 
+NONNEG = ("tokens", "chars", "seconds", "components")
+NO_LISTS = ((np.zeros(1, dtype=np.int64),) * value_checks.LISTS, (0,) * value_checks.LISTS)
+NO_TABLES = ((np.zeros((0, 3)),) * value_checks.TABLES, np.empty((0, 0, 4)))
+
+
+def rules(kinds: list[tuple[str, bool]]) -> np.ndarray:
+    return np.array([(t in NONNEG, nan, t == "int", t == "bool") for t, nan in kinds], dtype=np.int64).reshape(-1, 4)
+
+
+def spare(arrays: list[np.ndarray]) -> tuple:
+    return tuple(arrays) + (np.zeros(0),) * (value_checks.ARRAYS - len(arrays))
+
+
 @settings(max_examples=300, deadline=None)
 @given(values, st.sampled_from(TYPES), st.booleans())
 def test_a_clean_array_is_one_the_validators_accept(items, typ, allow_nan):
     arr = np.array(items, dtype=np.float64)
-    compiled = store.value_checks()
-    verdict = compiled.clean_values(arr, typ in ("tokens", "chars", "seconds", "components"), allow_nan, typ == "int")
-    assert verdict == accepted(checked, "x", arr, typ, allow_nan)
+    compiled = store.value_checks().all_clean(*NO_LISTS, spare([arr.copy()]), rules([(typ, allow_nan)]), *NO_TABLES)
+    assert compiled == accepted(checked, "x", arr, typ, allow_nan)
     with np.errstate(invalid="ignore"):  # inf - inf, in the plain Python version only
-        plain = value_checks.clean_values(arr, typ in ("tokens", "chars", "seconds", "components"), allow_nan,
-                                          typ == "int")
-    assert verdict == plain
+        plain = value_checks.all_clean(*NO_LISTS, spare([arr.copy()]), rules([(typ, allow_nan)]), *NO_TABLES)
+    assert compiled == plain
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(values, st.sampled_from(TYPES), st.booleans()), min_size=1, max_size=value_checks.ARRAYS))
+def test_arrays_are_clean_together_when_the_validators_accept_each(arrays):
+    given_arrays = [np.array(items, dtype=np.float64) for items, _, _ in arrays]
+    every = all(accepted(checked, "x", arr, typ, nan) for arr, (_, typ, nan) in zip(given_arrays, arrays))
+    checked_arrays = spare([a.copy() for a in given_arrays])
+    clean = store.value_checks().all_clean(*NO_LISTS, checked_arrays, rules([(t, nan) for _, t, nan in arrays]),
+                                           *NO_TABLES)
+    assert clean == every
+    if clean:  # every array as the validators make it: a bool column as 0/1 flags, in place
+        for arr, got, (_, typ, nan) in zip(given_arrays, checked_arrays, arrays):
+            assert got.tobytes() == checked("x", arr, typ, nan).tobytes()
 
 
 @settings(max_examples=200, deadline=None)
@@ -52,20 +77,29 @@ def test_flags_are_one_for_any_non_zero_and_keep_nan(items):
     assert flags.tobytes() == expected.tobytes()
 
 
-rows = st.lists(st.tuples(*[st.sampled_from(SPECIAL)] * 3, st.sampled_from([0.0, 1.0, 0.5, math.nan])),
-                max_size=6)
+@st.composite
+def band_tables(draw) -> list[np.ndarray]:
+    """One to value_checks.TABLES tables of the same G rows, each (G, 4) flagged or (G, 3)."""
+    G = draw(st.integers(0, 6))
+    row = st.tuples(*[st.sampled_from(SPECIAL)] * 3, st.sampled_from([0.0, 1.0, 0.5, math.nan]))
+    tables = []
+    for _ in range(draw(st.integers(1, value_checks.TABLES))):
+        table = np.array(draw(st.lists(row, min_size=G, max_size=G)), dtype=np.float64).reshape(G, 4)
+        tables.append(np.ascontiguousarray(table if draw(st.booleans()) else table[:, :3]))
+    return tables
 
 
 @settings(max_examples=300, deadline=None)
-@given(rows, st.booleans())
-def test_band_rows_are_the_band_tables_of_the_validator(table_rows, flagged):
-    table = np.array(table_rows, dtype=np.float64).reshape(len(table_rows), 4)
-    table = np.ascontiguousarray(table if flagged else table[:, :3])
-    out = np.empty((len(table), 4))
-    clean = store.value_checks().band_rows(table, out)
-    assert clean == accepted(band_table, "t", table, len(table))
+@given(band_tables())
+def test_band_rows_are_the_band_tables_of_the_validator(tables):
+    G = len(tables[0])
+    rows = np.empty((len(tables), G, 4))
+    spare_tables = tuple(tables) + (np.zeros((0, 3)),) * (value_checks.TABLES - len(tables))
+    clean = store.value_checks().all_clean(*NO_LISTS, spare([]), rules([]), spare_tables, rows)
+    assert clean == all(accepted(band_table, "t", table, G) for table in tables)
     if clean:
-        assert out.tobytes() == band_table("t", table, len(table)).tobytes()
+        for k, table in enumerate(tables):
+            assert rows[k].tobytes() == band_table("t", table, G).tobytes()
 
 
 @settings(max_examples=200, deadline=None)
@@ -73,6 +107,9 @@ def test_band_rows_are_the_band_tables_of_the_validator(table_rows, flagged):
 def test_clean_offsets_are_the_offsets_the_validator_accepts(items, total):
     off = np.array(items, dtype=np.int64)
     assert store.value_checks().clean_offsets(off, total) == accepted(check_offsets, "o", off, total)
+    lists = ((off,) + NO_LISTS[0][1:], (total,) + NO_LISTS[1][1:])
+    assert store.value_checks().all_clean(*lists, spare([]), rules([]), *NO_TABLES) == accepted(
+        check_offsets, "o", off, total)
 
 
 def test_the_checks_module_is_made_once_and_private(tmp_path, monkeypatch):

@@ -368,3 +368,31 @@ def test_the_params_a_shaper_remembers_are_bounded():
     for k in range(BOUND_PARAMS + 10):  # a schedule: new params every step
         assert shaper([1.0, 0.0], params={"w": 1.0 + k}, **call).terms["inverse"][0] == 1.0 / (1.0 + k)
     assert len(shaper._bound) == BOUND_PARAMS
+
+
+FLAGS = """
+shaper flags(w: float = 0.5) {
+  input n: tokens
+  input hit: bool
+  meta tries: list(ok: bool, cost: float)
+  term t = -w * float(n) when hit
+  term u = -0.25 * sum(tries.cost where tries.ok)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", ["numba", "interpreter"])
+def test_a_call_never_writes_the_arrays_it_is_given(backend):
+    """The binder passes a caller's float64 column to the kernel as it is, and makes a bool column
+    0/1 on its own copy: after the call every array holds what it held (and the flags still counted
+    as flags: 2.0 and 0.5 are true)."""
+    s = shapec.compile_str(FLAGS, backend=backend).flags
+    n = np.array([10.0, 20.0, 30.0, 40.0])
+    hit = np.array([2.0, 0.0, 0.5, 1.0])
+    tries = {"offsets": np.array([0, 2, 3], dtype=np.int64), "ok": np.array([3.0, 0.0, 0.25]),
+             "cost": np.array([4.0, 8.0, 12.0])}
+    given_bytes = [a.tobytes() for a in (n, hit, *tries.values())]
+    res = s(np.ones(4), group_size=2, channels={"n": n, "hit": hit}, metadata={"tries": tries})
+    assert [a.tobytes() for a in (n, hit, *tries.values())] == given_bytes
+    assert res.terms["t"].tolist() == [-5.0, 0.0, -15.0, -20.0]
+    assert res.terms["u"].tolist() == [-1.0, -1.0, -3.0, -3.0]
