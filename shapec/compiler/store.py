@@ -251,8 +251,8 @@ def _import(path: Path, entry: Entry):
         compiled = entry.compile(module)
     except BaseException as err:
         sys.modules.pop(name, None)
-        if isinstance(err, (OSError, KeyboardInterrupt, SystemExit)):
-            raise
+        if isinstance(err, OSError) or not isinstance(err, Exception):
+            raise  # a disk error, or a signal or exit (Ctrl-C, `shapec run`'s SIGTERM): nothing to remember
         # numba typing or lowering, a damaged index: a shapec bug unless a rebuild mends it
         raise ShapecInternalError(
             f"internal error: numba could not compile {entry.what} (generated module {path}); this is a shapec "

@@ -227,6 +227,23 @@ def test_a_failed_compile_is_remembered_and_not_retried_by_the_next_process(kern
     assert run_python(PROBE, kernels.parent).stdout.startswith(f"{EXPECTED} ")
 
 
+class Stopped(BaseException):
+    """A signal raised as an exception, as `shapec run` raises SIGTERM."""
+
+
+def test_a_signal_during_a_compile_stops_it_and_is_not_remembered_as_a_failure(kernels, monkeypatch):
+    store.value_checks()
+
+    def stopped(fn, signature):
+        raise Stopped()
+
+    monkeypatch.setattr(store, "_compile", stopped)
+    lowered = store.STATS["lowered"]
+    with pytest.raises(Stopped):
+        shapec.compile_str(SPEC, backend="numba").halve([1.0], group_size=1)
+    assert not list(kernels.glob("*.failed")) and store.STATS["lowered"] == lowered + 1  # nor built again
+
+
 # ------------------------------------------------------------------------- a private cache
 def test_the_cache_is_private_under_umask_000(kernels):
     done = run_python(PROBE, kernels.parent, umask=0o000)
