@@ -22,13 +22,15 @@ from ..runtime.shaper import CompiledShaper, Result
 from ..runtime.validate import finite, numeric, show
 
 
-def require(module: str, extra: str):
-    """Import a trainer module inside an adapter, or say which extra brings it."""
+def require(module: str, extra: str, install: str | None = None):
+    """Import a trainer module inside an adapter, or say which extra brings it (or, for a trainer
+    not on the package index, how it is installed)."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
+        how = install or f"pip install 'shapec[{extra}]'"
         raise ImportError(f"this adapter needs {module!r}, which is not installed ({err}); "
-                          f"install it with: pip install 'shapec[{extra}]'") from err
+                          f"install it with: {how}") from err
 
 
 def resolve_shaper(spec: Any, shaper: str | None = None, backend: str | None = None) -> CompiledShaper:
