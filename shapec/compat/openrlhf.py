@@ -9,7 +9,9 @@ OpenRLHF calls `reward_func` with one sample at a time, so it cannot shape by gr
 maker calls `apply_length_penalties` on the whole rollout batch just before it reshapes the rewards
 into `n_samples_per_prompt` groups; this hook runs there. Each sample's prompt number is
 `index // n_samples_per_prompt` (the grouping OpenRLHF's normalisation then uses), its length is
-`response_length` and its correctness its reward; other spec inputs come from `experience.info`.
+`response_length` and its correctness its reward; an input named `truncated` comes from the
+experience's own `truncated` flags (vLLM's `finish_reason == "length"`), other spec inputs from
+`experience.info`. The stdlib's `openrlhf.overlong` is OpenRLHF's own pair of penalties.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
         for key in BUILTIN:
             if getattr(args.reward, key, None) is not None:
                 raise ValueError(f"{WHERE}: reward.{key} is set, but this hook replaces OpenRLHF's built-in length "
-                                 f"penalties: unset it and write the penalty in the spec (stdlib dapo.overlong)")
+                                 f"penalties: unset it and write the penalty in the spec (stdlib openrlhf.overlong "
+                                 f"is OpenRLHF's own)")
         if not experiences:
             return
         per_prompt = args.rollout.n_samples_per_prompt
@@ -100,9 +103,12 @@ def _check_index(index: list, per_prompt: Any) -> None:
 
 
 def _info_columns(experiences: list, torch) -> dict[str, list]:
-    """Per-sample `info` entries present in every experience, concatenated in batch order."""
+    """Per-sample `info` entries present in every experience, concatenated in batch order, and the
+    `truncated` flags when every experience has them."""
     keys = set.intersection(*(set(exp.info) for exp in experiences))
     columns = {}
+    if all(getattr(exp, "truncated", None) is not None for exp in experiences):
+        columns["truncated"] = torch.cat([exp.truncated for exp in experiences]).double().cpu().tolist()
     for key in sorted(keys):
         parts = [exp.info[key] for exp in experiences]
         if all(isinstance(p, torch.Tensor) and p.dim() == 1 and len(p) == len(e.rewards)

@@ -6,6 +6,7 @@ builds: the async test gives its Ray workers empty stand-ins for them, never cal
 OpenRLHF's own PPOTrainerAsync, TrainingActor and maker step. Generation and model updates are not run.
 """
 
+import copy
 import inspect
 import types
 
@@ -79,6 +80,39 @@ def test_builtin_penalty_settings_refused(key):
     with pytest.raises(ValueError, match=rf"reward\.{key} is set, but this hook replaces OpenRLHF's built-in"):
         hook(experiences, _args(**{key: 1}))
     assert all(torch.equal(a, e.rewards) for a, e in zip(before, experiences))
+
+
+@pytest.mark.parametrize("stop_coef", [None, 0.5, -0.5])
+def test_stdlib_overlong_is_openrlhfs_own_length_penalties(stop_coef):
+    """OpenRLHF's apply_length_penalties, run on its Experience objects with both penalties set, gives
+    the stdlib's openrlhf.overlong rounded to its float32 rewards, and so does the hook running it."""
+    torch = need("torch", "openrlhf")
+    penalties = need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf").Experience
+    lengths = [70.0, 81.0, 95.0, 100.0, 130.0, 10.0, 99.0, 120.0]
+    rewards = [1.0, 1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 0.0]
+    truncated = [False, False, True, False, True, True, False, True]
+    experiences = [Experience(sequences=torch.ones(4, 3, dtype=torch.long),
+                              action_mask=torch.ones(4, 1, dtype=torch.bool), rewards=torch.tensor(rewards[i:i + 4]),
+                              response_length=torch.tensor(lengths[i:i + 4]),
+                              truncated=torch.tensor(truncated[i:i + 4]), index=list(range(i, i + 4)),
+                              info={"reward": torch.tensor(rewards[i:i + 4])})
+                   for i in (0, 4)]
+    ns = types.SimpleNamespace
+    args = ns(rollout=ns(max_new_tokens=100), data=ns(max_len=512),
+              reward=ns(overlong_buffer_len=20.0, overlong_penalty_factor=0.5, stop_properly_penalty_coef=stop_coef))
+    params = {"max_len": 100, "buffer": 20, "factor": 0.5}
+    if stop_coef is not None:
+        params["stop_coef"] = stop_coef
+    hooked = copy.deepcopy(experiences)
+    penalties.apply_length_penalties(experiences, args)
+    expected = shapec.load("openrlhf", backend="interpreter").overlong(
+        rewards, group_size=8, channels={"length": lengths, "truncated": truncated}, params=params).rewards
+    got = torch.cat([e.rewards for e in experiences])
+    assert got.tolist() == torch.tensor(expected, dtype=torch.float32).tolist()
+    # the hook running the stdlib spec in OpenRLHF's place, the flags read from the experiences
+    length_penalty_hook("openrlhf", shaper="overlong", params=params)(hooked, _args())
+    assert torch.cat([e.rewards for e in hooked]).tolist() == got.tolist()
 
 
 def test_signature_matches_openrlhf():
