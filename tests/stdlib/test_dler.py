@@ -58,3 +58,8 @@ def test_matches_the_authors_code(dler, seed):
 def test_the_penalty_scales_only_responses_that_did_not_stop(dler):
     got = dler.truncation([1.0, 1.0, 0.5], group_size=3, channels={"stop": [1, 0, 0]}, params={"penalty_coef": 0.25})
     assert got.rewards.tolist() == [1.0, 0.25, 0.125]
+
+
+def test_a_batch_of_one_token_gets_advantage_zero(dler):
+    got = dler.dler([1.0], group_size=1, channels={"stop": [1], "length": [1]})
+    assert got.rewards.tolist() == [0.0]

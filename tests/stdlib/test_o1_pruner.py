@@ -66,3 +66,9 @@ def test_matches_the_authors_code(o1, seed):
 def test_weights_are_clipped_to_minus_two_and_four(o1):
     got = o1.weight([1, 0], group_size=2, channels={"length": [1, 10000], "selected": [1, 1]}, params={"alpha": 5})
     assert got.rewards.tolist() == [4.0, -2.0]
+
+
+def test_a_solution_of_no_tokens_counts_as_one_token_long(o1):
+    # the code divides by the length and stops; here (mean 2 - 0) / 1 + 5 * (1 - 0.5) = 4.5, clipped to 4
+    got = o1.weight([1, 0], group_size=2, channels={"length": [0, 4], "selected": [1, 0]})
+    assert got.rewards.tolist() == [4.0, 0.0]
