@@ -191,7 +191,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     ref = Node(Op.REF, (), Type(NUM, BATCH), ("state", name), st.span)
                     if self.define(name, ref, "state", st.span):
                         node = self.expr(upd)
-                        if node.ty is not POISON and (node.ty.level > BATCH or node.ty.kind != NUM):
+                        if node.ty is not POISON and (node.ty.level > PARAM or node.ty.kind != NUM):
                             self.error("E303", f"state {name!r} keeps one number from batch to batch, so its "
                                        f"update must be one number for the whole batch; this is "
                                        f"{in_words(node.ty)}{batch_hint(node.ty)}", upd.span)

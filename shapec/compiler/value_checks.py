@@ -17,23 +17,27 @@ import numpy as np
 # a numba signature has a fixed arity: a call with more arrays, tables or lists takes more calls
 ARRAYS, TABLES, LISTS = 8, 4, 2
 
-# each entry point's numba signature: the batch layer hands them C-contiguous arrays
+# each entry point's numba signature: the batch layer hands them C-contiguous arrays. all_clean takes
+# them as separate arguments, which numba types in C (a tuple it types in Python, about twice the cost)
 SIGNATURES = {
-    "all_clean": f"boolean(UniTuple(int64[::1], {LISTS}), UniTuple(int64, {LISTS}), "
-                 f"UniTuple(float64[::1], {ARRAYS}), int64[:, ::1], UniTuple(float64[:, ::1], {TABLES}), "
-                 f"float64[:, :, ::1])",
+    "all_clean": "boolean({})".format(", ".join(
+        ["int64[::1]"] * LISTS + ["int64"] * LISTS + ["float64[::1]"] * ARRAYS + ["int64[:, ::1]"]
+        + ["float64[:, ::1]"] * TABLES + ["float64[:, :, ::1]"])),
     "as_flags": "float64[::1](float64[::1])",
     "clean_offsets": "boolean(int64[::1], int64)",
 }
 HELPERS = ("clean_values", "band_rows")  # compiled with the entry points that call them
 
 
-def all_clean(offsets, ends, arrays, rules, tables, rows):
-    """Whether a call's arrays are all clean, in one call: each list's offsets slice its items
-    (clean_offsets, to ends[k]; a spare slot is [0] ending at 0), each array k < len(rules) holds
-    clean values by rules[k] = (nonneg, allow_nan, whole, flags), and each band table k < len(rows)
-    has good rows, written to rows[k] (band_rows). When all are clean, each array with `flags`
-    becomes 0/1 in place (as_flags: the batch layer hands only its own copies for it)."""
+def all_clean(off0, off1, end0, end1, a0, a1, a2, a3, a4, a5, a6, a7, rules, t0, t1, t2, t3, rows):
+    """Whether a call's arrays are all clean, in one call: each list's offsets (off0, off1) slice its
+    items (clean_offsets, to end0, end1; a spare slot is [0] ending at 0), each array a_k with
+    k < len(rules) holds clean values by rules[k] = (nonneg, allow_nan, whole, flags), and each band
+    table t_k with k < len(rows) has good rows, written to rows[k] (band_rows). When all are clean,
+    each array with `flags` becomes 0/1 in place (as_flags: the batch layer hands only its own copies
+    for it). Spare slots past the call's own are not read."""
+    offsets, ends = (off0, off1), (end0, end1)
+    arrays, tables = (a0, a1, a2, a3, a4, a5, a6, a7), (t0, t1, t2, t3)
     for k in range(len(ends)):
         if not clean_offsets(offsets[k], ends[k]):
             return False

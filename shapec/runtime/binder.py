@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.ma  # noqa: F401 - numba's typeof reads np.ma on a process's first call; imported here, under
+# the import lock, so threads making their first calls at once never race into numpy's lazy import of it
 
 from ..compiler import store, value_checks
 from ..compiler.lowering.names import ShapecInternalError
@@ -257,35 +259,40 @@ class _Plan:
         self.lists.append((var, first_field, (label, what)))
 
     def checks(self) -> list[ast.stmt]:
-        """`if not checks.all_clean(...): bad_call(...)` per chunk, each band table then its (G, 4) rows."""
+        """`if not checks.all_clean(...): bad_call(...)` per chunk, each band table then its (G, 4) rows.
+        The arrays go to the compiled call one by one; the tuples bad_call reads are built only when
+        it fails."""
         out = []
         sizes = (value_checks.ARRAYS, value_checks.TABLES, value_checks.LISTS)
         kinds = (self.checked, self.tables, self.lists)
         for chunk in range(max(-(-len(x) // n) for x, n in zip(kinds, sizes))):
             arrays, tables, lists = (x[chunk * n:(chunk + 1) * n] for x, n in zip(kinds, sizes))
-            names = {k: self.fresh(k) for k in ("offsets_", "ends_", "arrays_", "RULES_", "tables_", "rows_")}
-            self.constants[names["RULES_"]] = np.array(
+            rules, rows = self.fresh("RULES_"), self.fresh("rows_")
+            self.constants[rules] = np.array(
                 [(typ in NONNEG, allow_nan, typ == "int", typ == "bool") for _, (_, typ, allow_nan) in arrays],
                 dtype=np.int64).reshape(-1, 4)
 
-            def filled(items: list[ast.expr], spare: str, size: int) -> ast.Tuple:
-                return ast.Tuple(items + [py.name(spare) if spare else py.const(0)] * (size - len(items)), ast.Load())
+            def filled(items: list[ast.expr], spare: ast.expr, size: int) -> list[ast.expr]:
+                return items + [spare] * (size - len(items))
 
+            def given(items: list[ast.expr]) -> ast.Tuple:
+                return ast.Tuple(items, ast.Load())
+
+            offsets = [py.name(o) for o, _, _ in lists]
+            ends = [py.call("len", py.name(f)) for _, f, _ in lists]
+            values = [a for a, _ in arrays]
+            bands = [py.name(v) for v, _ in tables]
             shape = ast.Tuple([py.const(len(tables)), py.name("G"), py.const(4)], ast.Load())
-            out += [py.assign(names["offsets_"], filled([py.name(o) for o, _, _ in lists], "NO_OFFSETS", sizes[2])),
-                    py.assign(names["ends_"], filled([py.call("len", py.name(f)) for _, f, _ in lists], "", sizes[2])),
-                    py.assign(names["arrays_"], filled([a for a, _ in arrays], "EMPTY", sizes[0])),
-                    py.assign(names["tables_"], filled([py.name(v) for v, _ in tables], "NO_TABLE", sizes[1])),
-                    py.assign(names["rows_"], py.method("np", "empty", shape))]
-            call = _checks("all_clean", *map(py.name, (names["offsets_"], names["ends_"], names["arrays_"],
-                                                      names["RULES_"], names["tables_"], names["rows_"])))
-            fail = py.call("bad_call", py.name(names["offsets_"]), py.name(names["ends_"]),
-                           py.const(tuple(w for _, _, w in lists)), py.name(names["arrays_"]),
-                           py.const(tuple(c for _, c in arrays)), py.name(names["tables_"]),
+            out.append(py.assign(rows, py.method("np", "empty", shape)))
+            call = _checks("all_clean", *filled(offsets, py.name("NO_OFFSETS"), sizes[2]),
+                           *filled(ends, py.const(0), sizes[2]), *filled(values, py.name("EMPTY"), sizes[0]),
+                           py.name(rules), *filled(bands, py.name("NO_TABLE"), sizes[1]), py.name(rows))
+            fail = py.call("bad_call", given(offsets), given(ends), py.const(tuple(w for _, _, w in lists)),
+                           given(values), py.const(tuple(c for _, c in arrays)), given(bands),
                            py.const(tuple(label for _, label in tables)))
             out.append(ast.If(ast.UnaryOp(ast.Not(), call), [ast.Expr(fail)], []))
             if tables:
-                out.append(py.assign([v for v, _ in tables], py.name(names["rows_"])))
+                out.append(py.assign([v for v, _ in tables], py.name(rows)))
         return out
 
 

@@ -284,7 +284,8 @@ class Interpreter:
             self.env[name] = self.eval(node)
         for step in ir.batch_steps:
             value = self.eval(step.expr)
-            if step.kind == "state":
+            if step.kind == "state":  # a param-level update is the same in every group (params.state_params)
+                value = np.ravel(value)[0] if np.ndim(value) and np.size(value) else value
                 self.state[step.name] = state_update(self.state[step.name], float(value))
             else:
                 self.env[step.name] = value

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..ir.nodes import ParamSpec, ShaperIR
+from ..ir.nodes import Op, ParamSpec, ShaperIR, walk
 from .validate import INEXACT, as_array, is_finite_number, past_exact, show
 
 
@@ -239,7 +239,16 @@ def resolve(ir: ShaperIR, params: Mapping[str, Any] | None) -> Resolved:
                 memo[key] = _encode(specs[name], validate_params(ir, {name: v}, f"group {g}: ")[name])
             rows.append(memo[key])
         per_group[name] = rows
+    for name in per_group.keys() & state_params(ir):
+        raise ParamError(f"param {name!r} of shaper {ir.name!r}: a state update reads it, and a state is one "
+                         f"number for the whole call: give one value, not one per group")
     return Resolved(ir, uniform, per_group)
+
+
+def state_params(ir: ShaperIR) -> set[str]:
+    """The params a state update reads: one value for the whole call each (the kernels read its first column)."""
+    return {n.attr[1] for step in ir.batch_steps if step.kind == "state" for n in walk(step.expr)
+            if n.op is Op.REF and n.attr[0] == "param"}
 
 
 def param_arrays(ir: ShaperIR, params: Mapping[str, Any] | None, G: int) -> dict[str, np.ndarray]:

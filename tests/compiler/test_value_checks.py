@@ -35,6 +35,12 @@ NO_LISTS = ((np.zeros(1, dtype=np.int64),) * value_checks.LISTS, (0,) * value_ch
 NO_TABLES = ((np.zeros((0, 3)),) * value_checks.TABLES, np.empty((0, 0, 4)))
 
 
+def all_clean(fn, lists: tuple, arrays: tuple, rules_: np.ndarray, tables: tuple) -> bool:
+    """all_clean (`fn`: compiled or plain) called as the binder calls it: every slot an argument."""
+    (offsets, ends), (band_tables, rows) = lists, tables
+    return fn(*offsets, *ends, *arrays, rules_, *band_tables, rows)
+
+
 def rules(kinds: list[tuple[str, bool]]) -> np.ndarray:
     return np.array([(t in NONNEG, nan, t == "int", t == "bool") for t, nan in kinds], dtype=np.int64).reshape(-1, 4)
 
@@ -47,10 +53,11 @@ def spare(arrays: list[np.ndarray]) -> tuple:
 @given(values, st.sampled_from(TYPES), st.booleans())
 def test_a_clean_array_is_one_the_validators_accept(items, typ, allow_nan):
     arr = np.array(items, dtype=np.float64)
-    compiled = store.value_checks().all_clean(*NO_LISTS, spare([arr.copy()]), rules([(typ, allow_nan)]), *NO_TABLES)
+    compiled = all_clean(store.value_checks().all_clean, NO_LISTS, spare([arr.copy()]), rules([(typ, allow_nan)]),
+                         NO_TABLES)
     assert compiled == accepted(checked, "x", arr, typ, allow_nan)
     with np.errstate(invalid="ignore"):  # inf - inf, in the plain Python version only
-        plain = value_checks.all_clean(*NO_LISTS, spare([arr.copy()]), rules([(typ, allow_nan)]), *NO_TABLES)
+        plain = all_clean(value_checks.all_clean, NO_LISTS, spare([arr.copy()]), rules([(typ, allow_nan)]), NO_TABLES)
     assert compiled == plain
 
 
@@ -60,8 +67,8 @@ def test_arrays_are_clean_together_when_the_validators_accept_each(arrays):
     given_arrays = [np.array(items, dtype=np.float64) for items, _, _ in arrays]
     every = all(accepted(checked, "x", arr, typ, nan) for arr, (_, typ, nan) in zip(given_arrays, arrays))
     checked_arrays = spare([a.copy() for a in given_arrays])
-    clean = store.value_checks().all_clean(*NO_LISTS, checked_arrays, rules([(t, nan) for _, t, nan in arrays]),
-                                           *NO_TABLES)
+    clean = all_clean(store.value_checks().all_clean, NO_LISTS, checked_arrays,
+                      rules([(t, nan) for _, t, nan in arrays]), NO_TABLES)
     assert clean == every
     if clean:  # every array as the validators make it: a bool column as 0/1 flags, in place
         for arr, got, (_, typ, nan) in zip(given_arrays, checked_arrays, arrays):
@@ -95,7 +102,7 @@ def test_band_rows_are_the_band_tables_of_the_validator(tables):
     G = len(tables[0])
     rows = np.empty((len(tables), G, 4))
     spare_tables = tuple(tables) + (np.zeros((0, 3)),) * (value_checks.TABLES - len(tables))
-    clean = store.value_checks().all_clean(*NO_LISTS, spare([]), rules([]), spare_tables, rows)
+    clean = all_clean(store.value_checks().all_clean, NO_LISTS, spare([]), rules([]), (spare_tables, rows))
     assert clean == all(accepted(band_table, "t", table, G) for table in tables)
     if clean:
         for k, table in enumerate(tables):
@@ -108,7 +115,7 @@ def test_clean_offsets_are_the_offsets_the_validator_accepts(items, total):
     off = np.array(items, dtype=np.int64)
     assert store.value_checks().clean_offsets(off, total) == accepted(check_offsets, "o", off, total)
     lists = ((off,) + NO_LISTS[0][1:], (total,) + NO_LISTS[1][1:])
-    assert store.value_checks().all_clean(*lists, spare([]), rules([]), *NO_TABLES) == accepted(
+    assert all_clean(store.value_checks().all_clean, lists, spare([]), rules([]), NO_TABLES) == accepted(
         check_offsets, "o", off, total)
 
 

@@ -192,3 +192,34 @@ def test_an_update_that_is_missing_or_overflows_keeps_the_previous_state(backend
     shaper = saved_and_pickled(shaper)
     shaper([0.0], group_size=1, channels={"length": [20]})
     assert shaper.state_dict() == {"s": {"ema": 0.9 * 0.5 + 0.1 * 20.0, "grown": 3.0, "blown": 0.5}}
+
+
+DECAYING = src("""
+    shaper budgeted(decay: float in [0, 1] = 0.9, w: float = 0.001) produces real {
+      input length: tokens
+      state budget: float = 1000 update budget * decay
+      term over = -w * float(length) when float(length) > budget
+    }
+""")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_state_update_reads_a_param_given_for_the_call(backend):
+    """`update budget * decay`: the budget tightens by the call's decay on every call, whatever the
+    decay of each call, on both backends as a loop written by hand computes it."""
+    shaper = compile_str(DECAYING, backend=backend).budgeted
+    budget = 1000.0
+    for decay in (0.8, 0.5, 1.0, 0.9, 0.0):
+        budget *= decay
+        out = shaper([1.0, 1.0], group_size=2, channels={"length": [100, 600]}, params={"decay": decay})
+        assert shaper.state_dict() == {"budgeted": {"budget": budget}}
+        assert out.rewards.tolist() == [1.0 - 0.001 * n if n > budget else 1.0 for n in (100, 600)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_param_a_state_update_reads_is_one_value_per_call(backend):
+    shaper = compile_str(DECAYING, backend=backend).budgeted
+    with pytest.raises(shapec.ParamError if hasattr(shapec, "ParamError") else ValueError,
+                       match="param 'decay' of shaper 'budgeted': a state update reads it"):
+        shaper([1.0, 1.0], group_size=1, channels={"length": [1, 2]}, params={"decay": [0.5, 0.6]})
+    assert shaper.state_dict() == {"budgeted": {"budget": 1000.0}}

@@ -91,7 +91,8 @@ class Expressions:
         if op is Op.REF:
             ns, name = node.attr
             if ns == "param":
-                self.need_g(ctx)
+                if ctx == "batch":  # a state update's param: one value for the whole call (params.state_params)
+                    return f"params[{self.param_rows[name]}, 0]"
                 return f"params[{self.param_rows[name]}, min(g, params.shape[1] - 1)]"  # one column: uniform
             if ns == "input":
                 return f"{self.input_names[name]}[i]"
