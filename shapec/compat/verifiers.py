@@ -1,12 +1,15 @@
 """verifiers: shape the sibling attempts of one episode (best-of-n), and the traces any trainer
 built on verifiers scores as a group (prime-rl: compat/prime_rl.py).
 
+    import shapec
     from verifiers.v1.envs.best_of_n import BestOfNEnv
     from shapec.compat.verifiers import shape_episode
 
+    KIMI = shapec.load("kimi").kimi_length  # compiled once, not in every episode's finalize
+
     class ShortestCorrect(BestOfNEnv):
         async def finalize(self, task, episode):
-            shape_episode(episode, "kimi", shaper="kimi_length")
+            shape_episode(episode, KIMI)
             await super().finalize(task, episode)  # best and pass_at_n, on the shaped rewards
 
 A training group usually spans episodes, which an environment never sees together; best-of-n's n

@@ -5,10 +5,10 @@ A call's arguments become a Batch in two steps. First every argument is put in i
 (a list, a tensor, rows of dicts, another dtype), and a form that cannot be one is named at
 once. Then every value is checked, array by array in argument order, by compiled passes that
 take several arrays a call (compiler/value_checks.py: finiteness, signs, whole numbers, bands,
-offsets), so a small call costs microseconds, not a numpy reduction per property. Only when a pass finds a bad value does
-`checked` look again with the validators of `validate.py`, and raise the error that names the
-field, the group or row and what was expected. A bad value anywhere fails the whole call
-(nothing is shaped), so it can never change another group's rewards.
+offsets), so a small call costs microseconds, not a numpy reduction per property. Only when a
+pass finds a bad value does `checked` look again with the validators of `validate.py`, and raise
+the error that names the field, the group or row and what was expected. A bad value anywhere
+fails the whole call (nothing is shaped), so it can never change another group's rewards.
 """
 
 from __future__ import annotations

@@ -36,7 +36,6 @@ from . import pycode as py
 from .batch import NONNEG, Batch, MetaPlan, checked, hint, make_offsets, no_bands
 from .validate import BatchError, as_array, band, band_table, check_offsets, exact, integers, numeric, show
 
-F64 = np.dtype(np.float64)
 ARGUMENTS = ("rewards", "group_size", "offsets", "channels", "metadata", "reward_components",
              "allow_short_last_group")
 
@@ -88,17 +87,6 @@ def _row_mapping(name: str, g: int, row: Any, fields: list[str]) -> Mapping | No
         if key not in fields:
             raise BatchError(f"{name}: group {g}: unknown field {key!r}{hint(key, fields)}; fields: {fields}")
     return row
-
-
-def column(name: str, value: Any, length: int | None, what: str = "rollout") -> np.ndarray:
-    """An array the call only reads (kernels never write their inputs): the caller's own when it is
-    already what a kernel takes (float64, 1-d, C-contiguous and writeable: numba's signatures take
-    no read-only array), else numeric's fresh copy. Not for a bool column, which the value check
-    makes 0/1 in place."""
-    if (type(value) is np.ndarray and value.dtype == F64 and value.ndim == 1 and length in (None, len(value))
-            and value.flags.c_contiguous and value.flags.writeable):
-        return value
-    return numeric(name, value, length, what)
 
 
 def scalar_column(name: str, value: Any, G: int) -> np.ndarray:
@@ -197,7 +185,8 @@ def _flat_list(plan: MetaPlan, value: Mapping, G: int) -> tuple:
     off = integers(plan.offsets_label, value["offsets"])
     if len(off) != G + 1:
         raise BatchError(f"{name}.offsets: expected {G + 1} values (groups + 1), got {len(off)}")
-    columns = tuple((numeric if t == "bool" else column)(label, value[f], None, "item")
+    # a bool field becomes 0/1 in place (all_clean): only that one needs its own copy
+    columns = tuple(numeric(label, value[f], None, "item", t == "bool")
                     for (f, t), label in zip(plan.spec.fields, plan.item_labels))
     total = len(columns[0])
     for f, items in zip(fields[1:], columns[1:]):
@@ -220,15 +209,25 @@ def bad_call(offsets: tuple, ends: tuple, offset_names: tuple, arrays: tuple, ch
                               "accept; this is a shapec bug, please report it")
 
 
-NAMESPACE = {f.__name__: f for f in (numeric, column, make_offsets, mapping, known_keys, missing_input, absent_names,
+NAMESPACE = {f.__name__: f for f in (numeric, make_offsets, mapping, known_keys, missing_input, absent_names,
                                      scalar_column, band_column, record_columns, list_columns, bad_call)}
-# the spare slots of all_clean's tuples: nothing to check
-NAMESPACE.update(np=np, EMPTY=np.zeros(0), NO_TABLE=np.zeros((0, 3)), NO_OFFSETS=np.zeros(1, dtype=np.int64))
+# all_clean's spare slots, past a call's own: nothing to check (NO_ROWS: a call without band tables)
+NAMESPACE.update(np=np, EMPTY=np.zeros(0), NO_TABLE=np.zeros((0, 3)), NO_OFFSETS=np.zeros(1, dtype=np.int64),
+                 NO_ROWS=np.zeros((0, 0, 4)))
 
 
 # ------------------------------------------------------------------ the generator
 def _checks(fn: str, *args: ast.expr) -> ast.Call:
     return py.method("checks", fn, *args)
+
+
+def _filled(items: list[ast.expr], spare: ast.expr, size: int) -> list[ast.expr]:
+    """A chunk's arguments of one kind, the slots past its own given `spare`."""
+    return items + [spare] * (size - len(items))
+
+
+def _tuple(items: list[ast.expr]) -> ast.Tuple:
+    return ast.Tuple(items, ast.Load())
 
 
 class _Plan:
@@ -267,28 +266,22 @@ class _Plan:
         kinds = (self.checked, self.tables, self.lists)
         for chunk in range(max(-(-len(x) // n) for x, n in zip(kinds, sizes))):
             arrays, tables, lists = (x[chunk * n:(chunk + 1) * n] for x, n in zip(kinds, sizes))
-            rules, rows = self.fresh("RULES_"), self.fresh("rows_")
+            rules, rows = self.fresh("RULES_"), self.fresh("rows_") if tables else "NO_ROWS"
             self.constants[rules] = np.array(
                 [(typ in NONNEG, allow_nan, typ == "int", typ == "bool") for _, (_, typ, allow_nan) in arrays],
                 dtype=np.int64).reshape(-1, 4)
-
-            def filled(items: list[ast.expr], spare: ast.expr, size: int) -> list[ast.expr]:
-                return items + [spare] * (size - len(items))
-
-            def given(items: list[ast.expr]) -> ast.Tuple:
-                return ast.Tuple(items, ast.Load())
-
             offsets = [py.name(o) for o, _, _ in lists]
             ends = [py.call("len", py.name(f)) for _, f, _ in lists]
             values = [a for a, _ in arrays]
             bands = [py.name(v) for v, _ in tables]
-            shape = ast.Tuple([py.const(len(tables)), py.name("G"), py.const(4)], ast.Load())
-            out.append(py.assign(rows, py.method("np", "empty", shape)))
-            call = _checks("all_clean", *filled(offsets, py.name("NO_OFFSETS"), sizes[2]),
-                           *filled(ends, py.const(0), sizes[2]), *filled(values, py.name("EMPTY"), sizes[0]),
-                           py.name(rules), *filled(bands, py.name("NO_TABLE"), sizes[1]), py.name(rows))
-            fail = py.call("bad_call", given(offsets), given(ends), py.const(tuple(w for _, _, w in lists)),
-                           given(values), py.const(tuple(c for _, c in arrays)), given(bands),
+            if tables:
+                shape = ast.Tuple([py.const(len(tables)), py.name("G"), py.const(4)], ast.Load())
+                out.append(py.assign(rows, py.method("np", "empty", shape)))
+            call = _checks("all_clean", *_filled(offsets, py.name("NO_OFFSETS"), sizes[2]),
+                           *_filled(ends, py.const(0), sizes[2]), *_filled(values, py.name("EMPTY"), sizes[0]),
+                           py.name(rules), *_filled(bands, py.name("NO_TABLE"), sizes[1]), py.name(rows))
+            fail = py.call("bad_call", _tuple(offsets), _tuple(ends), py.const(tuple(w for _, _, w in lists)),
+                           _tuple(values), py.const(tuple(c for _, c in arrays)), _tuple(bands),
                            py.const(tuple(label for _, label in tables)))
             out.append(ast.If(ast.UnaryOp(ast.Not(), call), [ast.Expr(fail)], []))
             if tables:
@@ -313,8 +306,8 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
     inputs_dict = []
     for input_name, typ in inputs:
         var, label = plan.fresh("input_"), f"channels[{input_name!r}]"
-        read = py.call("numeric" if typ == "bool" else "column", py.const(label),
-                       py.item(py.name("channels"), input_name), py.name("n"))
+        read = py.call("numeric", py.const(label), py.item(py.name("channels"), input_name), py.name("n"),
+                       py.const("rollout"), py.const(typ == "bool"))  # only a bool column is written (0/1)
         missing = py.call("missing_input", py.name("channels"), py.const(input_names), py.const(input_name),
                           py.const(typ))
         given = ast.Compare(py.const(input_name), [ast.In()], [py.name("channels")])

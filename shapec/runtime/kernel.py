@@ -135,7 +135,7 @@ class Kernel:
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
-            dict(zip(self.state_names, state_out.tolist())) if self.state_names else {})
+            dict(zip(self.state_names, state_out.tolist())))
 
 
 def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):

@@ -67,9 +67,11 @@ def test_best_of_n_ranks_the_shaped_rewards():
     """Two correct attempts tie on the task's reward; shaped, the shorter one is the best."""
     from verifiers.v1.envs.best_of_n import BestOfNEnv, BestOfNEnvConfig
 
+    kimi = shapec.load("kimi").kimi_length
+
     class ShortestCorrect(BestOfNEnv):
         async def finalize(self, task, episode):
-            shape_episode(episode, "kimi", shaper="kimi_length")
+            shape_episode(episode, kimi)
             await super().finalize(task, episode)
 
     env = ShortestCorrect.__new__(ShortestCorrect)  # finalize reads only the config: no taskset to load
