@@ -26,7 +26,7 @@ SIGNATURES = {
     "as_flags": "float64[::1](float64[::1])",
     "clean_offsets": "boolean(int64[::1], int64)",
 }
-HELPERS = ("clean_values", "band_rows")  # compiled with the entry points that call them
+HELPERS = ("clean_values", "clean_whole", "band_rows")  # compiled with the entry points that call them
 
 
 def all_clean(off0, off1, end0, end1, a0, a1, a2, a3, a4, a5, a6, a7, rules, t0, t1, t2, t3, rows):
@@ -59,13 +59,37 @@ def all_clean(off0, off1, end0, end1, a0, a1, a2, a3, a4, a5, a6, a7, rules, t0,
 
 def clean_values(arr, nonneg, allow_nan, whole):
     """Every value finite (NaN allowed when allow_nan: a missing one), >= 0 when nonneg, whole
-    when whole. Bad values are counted over the whole array without an early exit, so the loop
-    vectorizes."""
+    when whole. Bad values are counted over the whole array without an early exit, and the flags
+    pick a loop before it starts, so each loop vectorizes (a flag read inside the loop costs 4x)."""
+    if whole:
+        return clean_whole(arr, nonneg, allow_nan)
+    bad = 0
+    if nonneg and allow_nan:
+        for i in range(arr.shape[0]):
+            v = arr[i]
+            bad += not ((v != v) | (((v - v) == 0.0) & (v >= 0.0)))
+    elif nonneg:
+        for i in range(arr.shape[0]):
+            v = arr[i]
+            bad += not (((v - v) == 0.0) & (v >= 0.0))
+    elif allow_nan:
+        for i in range(arr.shape[0]):
+            v = arr[i]
+            bad += not ((v != v) | ((v - v) == 0.0))
+    else:
+        for i in range(arr.shape[0]):
+            v = arr[i]
+            bad += not ((v - v) == 0.0)
+    return bad == 0
+
+
+def clean_whole(arr, nonneg, allow_nan):
+    """clean_values for whole numbers."""
     bad = 0
     for i in range(arr.shape[0]):
         v = arr[i]
         finite = (v - v) == 0.0
-        bad += (not (finite or (allow_nan and v != v))) | (nonneg & (v < 0.0)) | (whole & finite & (v != np.floor(v)))
+        bad += (not (finite or (allow_nan and v != v))) | (nonneg & (v < 0.0)) | (finite & (v != np.floor(v)))
     return bad == 0
 
 
