@@ -12,8 +12,8 @@ _CLAUSES = ("on", "when", "unless", "where", "open", "closed", "in", "and", "or"
 _TYPES = ("bool", "int", "float", "band", "enum", "list", "tokens", "chars", "seconds", "calls",
           "binary", "unit", "nonneg", "real", "advantage")
 _BUILTINS = ("count", "any", "all", "sum", "mean", "median", "std", "mad", "min", "max", "argmin", "argmax",
-             "quantile", "nth_largest", "minmax", "centered", "abs", "exp", "log", "sqrt", "sigmoid", "cos",
-             "clip", "missing", "present", "skipped", "group_size", "reward", "shaped", "env_reward", "batch",
+             "quantile", "nth_largest", "minmax", "centered", "rank", "abs", "exp", "log", "sqrt", "sigmoid", "cos",
+             "clip", "missing", "present", "skipped", "group_size", "position", "reward", "shaped", "env_reward", "batch",
              "prompt", "param")
 
 

@@ -112,6 +112,8 @@ class Bounds:
             out = self.member if inner else self.own
         elif ns == "builtin" and name == "group_size":
             out = (1.0, INF)
+        elif ns == "builtin" and name == "position":
+            out = (0.0, INF)
         elif ns == "var" and name in self.terms:
             out = self.contribution(self.terms[name], inner, d)
         elif ns == "var" and name in self.defs:

@@ -133,6 +133,11 @@ class Encoder:
             g, _ = self.var(("group_size",))
             self.s.add(g >= self.m, g == z3.ToInt(g))
             return g, z3.BoolVal(False)
+        if ns == "builtin" and name == "position":  # the encoded rollouts are any m of the group's
+            p, _ = self.var(("position", i))
+            g, _ = self.var(("group_size",))
+            self.s.add(p >= 0, p < g, p == z3.ToInt(p))
+            return p, z3.BoolVal(False)
         if ns == "input":
             v, _ = self.var(("input", name, i))
             typ = dict(self.ir.inputs)[name]

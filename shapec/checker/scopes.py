@@ -30,6 +30,7 @@ class ScopesPass:
             ("reward", Type(NUM, ROLLOUT)),
             ("env_reward", Type(NUM, ROLLOUT)),
             ("group_size", Type(NUM, GROUP)),
+            ("position", Type(NUM, ROLLOUT)),  # 0 for a group's first rollout
         ):
             self.env[name] = Binding(Node(Op.REF, (), ty, ("builtin", name)), "builtin")
         self.env["pi"] = Binding(Node(Op.CONST, (), Type(NUM), math.pi), "builtin")

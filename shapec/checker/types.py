@@ -26,6 +26,7 @@ REDUCTIONS = {
     "nth_largest": (False, "num", True, True, 1, False),
     "minmax": (False, "num", False, True, 0, True),
     "centered": (False, "num", True, True, 0, True),
+    "rank": (False, "num", False, True, 0, True),
 }
 
 

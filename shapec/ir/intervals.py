@@ -128,6 +128,8 @@ def reduction(what: str, x: Interval, mask: Interval) -> Interval:
         return (0.0, INF) if x[0] >= 0 else (-INF, 0.0) if x[1] <= 0 else FULL
     if what == "centered":
         return x[0] - x[1], x[1] - x[0]
+    if what == "rank":  # 0 to the selection's size less one
+        return 0.0, INF
     if what == "minmax":  # rescales every rollout of the group by the selection's range
         return UNIT if mask == (1.0, 1.0) else FULL
     return FULL

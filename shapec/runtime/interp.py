@@ -112,6 +112,8 @@ class Interpreter:
                 return self.b.env_rewards if self.b.env_rewards is not None else self.b.rewards
             if name == "group_size":
                 return np.diff(self.b.offsets).astype(np.float64)
+            if name == "position":
+                return self.local.astype(np.float64)
             if name == "shaped":
                 return self.env["__shaped__"]
         if op is Op.NEG:
@@ -239,7 +241,7 @@ class Interpreter:
         mask = self.lift(self.eval(node.args[1]), node.args[1].ty, elem_ty)
         extras = [self.lift(self.eval(e), e.ty, Type("num", GROUP)) for e in node.args[2:]]
         offsets = self.b.offsets if not over else self.items[over][0]
-        if op in ("minmax", "centered"):
+        if op in ("minmax", "centered", "rank"):
             out = np.full(len(arg), NAN)
         else:
             out = np.full(self.G, NAN)
@@ -254,6 +256,11 @@ class Interpreter:
                 elif op == "centered":
                     if len(sel) and not np.isnan(sel).any():
                         out[s:e] = arg[s:e] - seq_sum(sel) / len(sel)
+                elif op == "rank":  # ascending, equal values in rollout order; missing outside the mask
+                    if len(sel) and not np.isnan(sel).any():
+                        ranks = np.empty(len(sel))
+                        ranks[np.argsort(sel, kind="stable")] = np.arange(len(sel))
+                        out[s:e][mask[s:e] == 1] = ranks
                 else:
                     out[g] = reduce_values(op, sel, tuple(float(x[g]) for x in extras))
                     if op in ("argmin", "argmax") and not np.isnan(out[g]):

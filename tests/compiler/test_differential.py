@@ -241,7 +241,7 @@ class SpecWriter:
         if d <= 0:
             return self.pick(leaves)
         kind = self.pick(["leaf", "bin", "bin", "neg", "call", "cond", "fallback", "group", "minmax", "centered",
-                          "band", "pow"])
+                          "rank", "position", "band", "pow"])
         if kind == "leaf":
             return self.pick(leaves)
         if kind == "bin":
@@ -265,8 +265,10 @@ class SpecWriter:
             return f"({self.rollout(d - 1)} ?? {self.rollout(d - 1, strict=False)})"
         if kind == "group" and not strict:
             return self.group(d - 1)
-        if kind in ("minmax", "centered"):
+        if kind in ("minmax", "centered", "rank"):
             return f"{kind}({self.rollout(d - 1)} where {self.rollout_bool(d - 1)})"
+        if kind == "position":
+            return "position"
         if kind == "band":
             return f"band({self.rollout(d - 1)}, {self.band()})"
         return f"({self.rollout(d - 1)} ** {self.pick(['2', '0.5', '-1', 'c2'])})"
@@ -444,6 +446,7 @@ shaper generated_all(c1: float = 1, c2: float >= 0 = 0.5, q: float in [0, 1] = 0
   term shortest = c1 on argmin(ft where right and ft > 0) when enough
   term longest = -c1 on argmax(ft where right) when stable and history
   term relative = clip(centered(1 - minmax(ft where right) where right) * c2, -1, 1) on right
+  term kept = c1 * (rank(-ft where right) ?? position) / group_size when rank(ft) < 2
   term outlier = -0.5 on right when present(z) and 0.6745 * z > spread and not missing(upper)
   term gap = clip(-abs(score - float(sum(x where flag)) / group_size) ** 0.5, -2, 0) when shortest + longest >= 0
   clamp >= 0
@@ -494,7 +497,7 @@ def test_generated_specs_are_well_typed_and_varied():
     drawn = [SpecWriter(random.Random(seed).choice).shaper("g") for seed in range(60)]
     for source in drawn:
         assert shapec.check_source(source) == [], source
-    for construct in ("median(", "mad(", "std(", "quantile(", "nth_largest(", "minmax(", "centered(", "argmin(",
+    for construct in ("median(", "mad(", "std(", "quantile(", "nth_largest(", "minmax(", "centered(", "rank(", "position", "argmin(",
                       "argmax(", "??", " ? ", "band(", "gate ", "factor ", "clamp", "hist.", "result", "state"):
         assert construct in EVERY_CONSTRUCT or construct == "result", construct
         assert any(construct in source for source in drawn), construct

@@ -66,6 +66,24 @@ def test_rollout_valued_reductions():
     assert term_of("centered(x where x > 1)", [1, 2, 3]).tolist() == [-1.5, -0.5, 0.5]
 
 
+def test_rank_counts_the_values_before_each_equal_ones_in_rollout_order():
+    assert term_of("rank(x)", [30, 10, 20]).tolist() == [2.0, 0.0, 1.0]
+    assert term_of("rank(x)", [5, 5, 0.0, -0.0]).tolist() == [2.0, 3.0, 0.0, 1.0]  # -0.0 ties 0.0: first comes first
+    assert term_of("rank(-x)", [1, 3, 3]).tolist() == [2.0, 0.0, 1.0]  # the longest first
+    assert term_of("rank(x where x > 1) ?? -1", [3, 1, 2]).tolist() == [1.0, -1.0, 0.0]  # missing outside the mask
+
+
+def test_rank_is_missing_when_a_selected_value_is():
+    s = shaper("input x: float\nmeta cap: float\nterm t = rank(x where x < cap) ?? -1\nterm u = rank(x / cap) ?? -1")
+    out = s(np.zeros(3), group_size=3, channels={"x": [2.0, 1.0, 3.0]}, metadata={"cap": [None]})
+    assert out.terms["t"].tolist() == [-1.0, -1.0, -1.0] and out.terms["u"].tolist() == [-1.0, -1.0, -1.0]
+
+
+def test_position_is_the_rollouts_place_in_its_group():
+    s = shaper("input x: float\nterm t = position")
+    assert s(np.zeros(5), offsets=[0, 2, 5], channels={"x": np.zeros(5)}).terms["t"].tolist() == [0, 1, 0, 1, 2]
+
+
 def test_reductions_are_per_group_on_ragged_groups():
     s = shaper("input x: float\nterm t = max(x) - min(x)")
     out = s(np.zeros(5), offsets=np.array([0, 2, 5]), channels={"x": [1, 4, 10, 0, 5]})

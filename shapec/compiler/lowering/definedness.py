@@ -111,7 +111,7 @@ class Definedness:
             return MAYBE
         # `shaped` (metrics only) is finite wherever a metric is ever returned: a non-finite shaped
         # reward fails the call on both backends (Kernel.call, Interpreter.run) before any metric
-        return FINITE if name in ("reward", "env_reward", "group_size", "shaped") else MAYBE
+        return FINITE if name in ("reward", "env_reward", "group_size", "position", "shaped") else MAYBE
 
     def _var_levels(self) -> dict[str, int]:
         """The level of every let, gate, gate-rule block, channel, term and factor, in source order."""

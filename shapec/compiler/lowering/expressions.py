@@ -111,6 +111,8 @@ class Expressions:
             if name == "group_size":
                 self.need_g(ctx)
                 return "float(offsets[g + 1] - offsets[g])"
+            if name == "position":
+                return "float(i - s)"
             if name == "shaped":
                 return "out[i]"
             raise ShapecInternalError(f"lowering: unknown reference {node.attr}")

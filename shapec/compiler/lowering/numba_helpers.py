@@ -136,6 +136,17 @@ def k_usable(buf, k):
     return True
 
 
+def k_rank(buf, k, t):
+    """buf[t]'s rank among buf[:k]: how many values come before it, ascending, equal values in
+    their order (so every rank differs). Quadratic in k, with no allocation: groups are small."""
+    x = buf[t]
+    r = 0
+    for u in range(k):
+        v = buf[u]
+        r += (v < x) | ((v == x) & (u < t))
+    return float(r)
+
+
 def k_seq_sum(buf, k):
     total = 0.0
     for t in range(k):

@@ -14,7 +14,7 @@ from .helper_source import HELPER_FUNCTIONS
 from .names import ShapecInternalError
 from .schedule import fuse_block
 
-ROLLOUT_VALUED = ("minmax", "centered")
+ROLLOUT_VALUED = ("minmax", "centered", "rank")
 HELPERS_READ = {"minmax": ("min", "max"), "centered": ("mean",)}  # the group reductions each is made of
 SORTED_OPS = ("median", "mad", "quantile", "nth_largest")  # read a sorted selection (srt_* helpers)
 MUTATING_HELPERS = {"k_sort": (0,), **{f"srt_{op}": (1,) for op in SORTED_OPS}}  # helper -> arrays it fills
@@ -263,11 +263,23 @@ class Hoisting:
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
-            else:
+            elif op == "centered":
                 o(f"mean_ = {reads['mean']}")
                 o(header)
                 with o.indented():
                     o(f"{target} = nan if isnan(mean_) else {value} - mean_")
+            else:  # rank: the t-th selected rollout's place in the selection, missing outside it
+                o(f"usable_ = k_usable({vals}, {k})")
+                o("t_ = 0")
+                o(header)
+                with o.indented():
+                    o(f"if {self.truth(mask, ctx, scope)}:")
+                    with o.indented():
+                        o(f"{target} = k_rank({vals}, {k}, t_) if usable_ else nan")
+                        o("t_ += 1")
+                    o("else:")
+                    with o.indented():
+                        o(f"{target} = nan")
             scope.names[self.key(node)] = target
             if self.key(node) in self.stored:
                 self.stored[self.key(node)] = target
