@@ -135,16 +135,18 @@ def _field(spec: ParamSpec, shaper: str):
     return (typ, spec.default)
 
 
-_MODELS: dict[int, tuple[ShaperIR, type[BaseModel]]] = {}  # by id; holding the IR keeps the id unique
+_MODELS: dict[tuple, tuple[ShaperIR, type[BaseModel]]] = {}  # by id; holding the IR keeps the id unique
 
 
-def params_model(ir: ShaperIR) -> type[BaseModel]:
-    """The pydantic model of a shaper's params: typed, ranged, unknown keys rejected."""
-    if id(ir) in _MODELS:
-        return _MODELS[id(ir)][1]
-    fields = {spec.name: _field(spec, ir.name) for spec in ir.params}
+def params_model(ir: ShaperIR, names: frozenset[str] | None = None) -> type[BaseModel]:
+    """The pydantic model of a shaper's params (of only `names`, when given: per-group values are
+    validated apart from the others): typed, ranged, unknown keys rejected."""
+    if (id(ir), names) in _MODELS:
+        return _MODELS[id(ir), names][1]
+    specs = [spec for spec in ir.params if names is None or spec.name in names]
+    fields = {spec.name: _field(spec, ir.name) for spec in specs}
     validators = {}
-    for spec in ir.params:
+    for spec in specs:
         if spec.kind in _NAMES:
             validators[f"_type_{spec.name}"] = field_validator(spec.name, mode="before")(_type_check(spec.kind))
         if spec.kind == "band":
@@ -152,7 +154,7 @@ def params_model(ir: ShaperIR) -> type[BaseModel]:
     model = create_model(  # type: ignore[call-overload]
         f"{ir.name}_params", __config__=ConfigDict(extra="forbid", strict=False), __validators__=validators, **fields
     )
-    _MODELS[id(ir)] = (ir, model)
+    _MODELS[id(ir), names] = (ir, model)
     return model
 
 
@@ -168,15 +170,16 @@ def _what(error: dict, shaper: str) -> str:
     return f"{loc!r} of shaper {shaper!r}: {msg}"
 
 
-def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str = "") -> dict[str, Any]:
-    """Validate scalar params; unknown keys name the closest valid one."""
+def validate_params(ir: ShaperIR, values: Mapping[str, Any] | None, where: str = "",
+                    only: frozenset[str] | None = None) -> dict[str, Any]:
+    """Validate scalar params (of `only` these, when given); unknown keys name the closest valid one."""
     values = mapping_of_params(values, f"{where}params of shaper {ir.name!r}")
     names = [s.name for s in ir.params]
     for key in values:
         if key not in names:
             raise ParamError(f"{where}unknown param {key!r} for shaper {ir.name!r}{_suggest(key, names)}")
     try:
-        model = params_model(ir).model_validate(values)
+        model = params_model(ir, only).model_validate(values)
     except ValidationError as err:
         first = err.errors()[0]
         required = str(first["loc"][0]) if first["type"] == "missing" else None
@@ -222,7 +225,11 @@ def resolve(ir: ShaperIR, params: Mapping[str, Any] | None) -> Resolved:
         if key not in specs:
             raise ParamError(f"unknown param {key!r} for shaper {ir.name!r}{_suggest(key, list(specs))}")
     per_group_values = {k: v for k, v in params.items() if _is_per_group(specs[k], v)}
-    scalars = validate_params(ir, {k: v for k, v in params.items() if k not in per_group_values})
+    for spec in ir.params:  # a required param given per group is given: the scalars are validated without it
+        if spec.required and spec.name not in params:
+            raise ParamError(f"param {spec.name!r} of shaper {ir.name!r}: required (it has no default)", spec.name)
+    scalars = validate_params(ir, {k: v for k, v in params.items() if k not in per_group_values}, "",
+                              frozenset(specs.keys() - per_group_values.keys()) if per_group_values else None)
     uniform = {name: _encode(specs[name], value) for name, value in scalars.items() if name not in per_group_values}
     per_group: dict[str, list] = {}
     for name, column in per_group_values.items():
@@ -236,7 +243,7 @@ def resolve(ir: ShaperIR, params: Mapping[str, Any] | None) -> Resolved:
                 raise ParamError(f"group {g}: param {name!r} of shaper {ir.name!r}: expected "
                                  f"{_NAMES.get(specs[name].kind, 'a value')}, got {v!r}") from None
             if key not in memo:
-                memo[key] = _encode(specs[name], validate_params(ir, {name: v}, f"group {g}: ")[name])
+                memo[key] = _encode(specs[name], validate_params(ir, {name: v}, f"group {g}: ", frozenset((name,)))[name])
             rows.append(memo[key])
         per_group[name] = rows
     for name in per_group.keys() & state_params(ir):

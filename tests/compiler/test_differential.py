@@ -113,7 +113,7 @@ def random_call(shaper, seed: int, sizes: list[int], per_group: bool):
     if isinstance(shaper.ir, PipelineIR):
         return dict(offsets=offsets, channels=channels, metadata=metadata), rewards
     for spec in shaper.ir.params:
-        if rng.random() < 0.5:
+        if not spec.required and rng.random() < 0.5:
             continue
         if per_group and spec.kind != "band" and rng.random() < 0.6:
             params[spec.name] = [random_param(spec, rng) for _ in range(G)]

@@ -37,6 +37,17 @@ def test_per_group_params_are_for_as_many_groups_as_given(ir):
         param_arrays(ir, {"top_percentile": [0.25, 0.5]}, 3)
 
 
+def test_a_required_param_may_be_given_per_group():
+    spec = "shaper s(k: int >= 1, c: float) produces real {\n  term t = c * k\n}\n"
+    shaper = shapec.compile_str(spec, backend="interpreter").s
+    out = shaper([0.0, 0.0], group_size=1, params={"k": [1, 2], "c": 0.5})
+    assert out.rewards.tolist() == [0.5, 1.0]
+    with pytest.raises(ParamError, match="param 'c' of shaper 's': required"):
+        shaper([0.0, 0.0], group_size=1, params={"k": [1, 2]})
+    with pytest.raises(ParamError, match="group 1: param 'k' of shaper 's': expected greater than or equal to 1"):
+        shaper([0.0, 0.0], group_size=1, params={"k": [1, 0], "c": 0.5})
+
+
 def test_a_bad_value_after_remembered_good_ones_is_still_refused(ir):
     param_arrays(ir, {"profile_band_total": True}, 1)
     param_arrays(ir, {"profiled_length_min_samples": 2}, 1)
