@@ -222,8 +222,9 @@ class Bounds:
     def shaped(self) -> tuple[float, float]:
         """Bounds of the shaped reward of the rollout in question, in a group that is not skipped:
         terms summed, clamps lift the floor, factors in [0, 1] scale only rewards > 0."""
-        if self.ir.result is not None:
-            return self.of(self.ir.result)
+        if self.ir.result is not None:  # a missing result leaves the reward as it came in
+            out = self.of(self.ir.result)
+            return out if self.never_missing(self.ir.result) else hull(out, self.own)
         lo, hi = self.own
         for st in self.ir.steps:
             if st.kind not in ("term", "clamp", "factor"):

@@ -337,14 +337,13 @@ class Encoder:
                 base = run if base is None else base
                 f, mf = self.ev(st.expr, i)
                 run = z3.If(z3.And(self.applies(st, i), z3.Not(mf), base > 0), run * f, run)
-        if self.ir.result is not None:
+        if self.ir.result is not None:  # a missing result leaves the reward as it came in
             out, miss = self.ev(self.ir.result, i)
+            out = z3.If(miss, r, out)
         else:
             out = run if run is not None else (r + total if total is not None else r)
-            miss = z3.BoolVal(False)
         skipped = z3.Or(*[self.true(self.ev(k.expr, i)) if k.mode == "when" else z3.Not(self.true(self.ev(k.expr, i)))
                           for k in self.ir.skips]) if self.ir.skips else z3.BoolVal(False)
-        self.s.add(z3.Implies(z3.Not(skipped), z3.Not(miss)))  # a missing reward is an error, not an output
         return z3.If(skipped, r, out)
 
 

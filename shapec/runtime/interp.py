@@ -390,8 +390,9 @@ class Interpreter:
                 factors[step.name] = np.where(applied, m, 1.0)
                 self.env[step.name] = factors[step.name]
                 r = np.where(applied, r * m, r)
-        if ir.result is not None:
+        if ir.result is not None:  # fails closed: a missing result leaves the reward as it came in
             r = self.at(ir.result, rollout)
+            r = np.where(np.isnan(r), self.b.rewards, r)
         else:
             r = settled(r)
         return {"rewards": r, "terms": terms, "factors": factors}

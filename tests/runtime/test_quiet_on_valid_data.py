@@ -65,7 +65,6 @@ REFUSED = {  # a shaped reward past float64, from valid data
     "term a = reward\n  term b = reward": [1e308, 1e308],
     "term a = reward\n  term b = -reward\n  term c = reward": [1e308, 1e308],  # inf - inf on the way
     "clamp >= reward * 10": [1e308, 1e308],
-    "result = reward / (reward - max(reward))": [0.0, 0.0],
 }
 
 
@@ -75,3 +74,12 @@ def test_a_reward_that_comes_out_non_finite_is_refused_without_a_warning(backend
     shaper = compile_str(f"shaper t() requires real produces real {{\n  {body}\n}}\n", "t.shape", backend)["t"]
     with pytest.raises(FloatingPointError, match=r"shaper 't' produced a non-finite reward for rollout 0 \(group 0\)"):
         shaper(np.array(REFUSED[body]), group_size=2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_missing_result_leaves_the_reward_as_it_came_in(backend):
+    """0 / 0, or metadata a group does not have: the result fails closed, as a term that is not applied."""
+    shaper = compile_str("shaper t() requires real produces real {\n  meta cap: float\n"
+                         "  result = (reward - max(reward)) / (max(reward) - min(reward)) + 0 * cap\n}\n", "t.shape", backend)["t"]
+    out = shaper(np.array([0.0, 0.0, 1.0, 3.0, 2.0, 5.0]), group_size=2, metadata={"cap": [1.0, 1.0, None]})
+    assert out.rewards.tolist() == [0.0, 0.0, -1.0, 0.0, 2.0, 5.0]

@@ -419,9 +419,11 @@ class Statements:
     def finish_group(self, scope: Scope) -> None:
         ir, o = self.ir, self.out
         o(self.note("the group's rewards; a skipped group passes through"))
-        if ir.result is not None:
+        if ir.result is not None:  # fails closed: a missing result leaves the reward as it came in
             self.hoist(ir.result, scope, "group")
             final = self.ex(ir.result, "rollout", scope)
+            if not self.defined(ir.result):
+                final = f"k_fallback({final}, rewards[i])"
         elif not self.first_running:
             final = "run[i - s]"
         else:
