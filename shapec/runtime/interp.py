@@ -40,10 +40,14 @@ def power(a, b) -> np.ndarray:
 
 
 class Interpreter:
-    def __init__(self, ir: ShaperIR, batch: Batch, params: dict[str, np.ndarray], state: dict[str, float]):
+    def __init__(self, ir: ShaperIR, batch: Batch, params: dict[str, np.ndarray], state: dict[str, float],
+                 call_params: dict[str, float] | None = None):
+        """`params`: each param's column of G values; `call_params`: the call's one value of each
+        param (params.Resolved.uniform), which a state update reads even on a call of no groups."""
         self.ir = ir
         self.b = batch
         self.P = params
+        self.call_params = call_params or {}
         self.state = dict(state)
         self.G = batch.groups
         self.gidx = batch.group_index()
@@ -273,6 +277,19 @@ class Interpreter:
         mask = self.at(node.args[1], Type("num", ROLLOUT))
         return reduce_values(node.attr, arg[mask == 1], ())
 
+    def state_value(self, node: Node) -> float:
+        """A state update's value: the params it reads are one value for the whole call
+        (params.state_params), so it is evaluated as for one group with the call's own values
+        where given (a call of no groups has no column of them), else the first group's."""
+        columns, groups = self.P, self.G
+        self.P = {**columns, **{name: np.array([v], dtype=np.float64) for name, v in self.call_params.items()}}
+        self.G = max(groups, 1)
+        try:
+            value = self.eval(node)
+        finally:
+            self.P, self.G = columns, groups
+        return float(np.ravel(value)[0]) if np.ndim(value) else float(value)
+
     # ----------------------------------------------------------- statements
     def gate_code(self, value) -> np.ndarray:
         """open 0, closed 1, missing 2: the codes of a simple gate's reasons."""
@@ -290,14 +307,12 @@ class Interpreter:
         for name, node in ir.channels:
             self.env[name] = self.eval(node)
         for step in ir.batch_steps:
-            value = self.eval(step.expr)
-            if step.kind == "state":  # a param-level update is the same in every group (params.state_params)
-                value = np.ravel(value)[0] if np.ndim(value) and np.size(value) else value
-                self.state[step.name] = state_update(self.state[step.name], float(value))
-            else:
-                self.env[step.name] = value
-                if step.kind == "gate":
-                    gate_codes[step.name] = self.gate_code(value)
+            if step.kind == "state":
+                self.state[step.name] = state_update(self.state[step.name], self.state_value(step.expr))
+                continue
+            value = self.env[step.name] = self.eval(step.expr)
+            if step.kind == "gate":
+                gate_codes[step.name] = self.gate_code(value)
         self.decide_skips(skip_codes)
         # sums and products of finite terms and factors may pass float64: a non-finite reward is refused below
         with np.errstate(over="ignore", invalid="ignore"):

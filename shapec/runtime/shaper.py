@@ -403,7 +403,8 @@ class CompiledShaper:
             kernel = self._kernels[i]
             fn, packed = bound.kernel_args(i, kernel, batch.groups) if training else (None, [])
             return kernel.run(fn, batch, packed, state, training, breakdown)
-        out = Interpreter(ir, batch, bound.resolved[i].columns(batch.groups), state).run(training)
+        resolved = bound.resolved[i]
+        out = Interpreter(ir, batch, resolved.columns(batch.groups), state, resolved.uniform).run(training)
         if not breakdown:
             out.terms, out.factors = {}, {}
         return out

@@ -217,6 +217,14 @@ def test_a_state_update_reads_a_param_given_for_the_call(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_a_call_of_no_rollouts_still_updates_a_state_by_its_params(backend):
+    shaper = compile_str(DECAYING, backend=backend).budgeted
+    shaper([], group_size=2, channels={"length": []}, params={"decay": 0.5})
+    shaper(np.zeros(0), offsets=[0], channels={"length": np.zeros(0)}, params={"decay": 0.25})
+    assert shaper.state_dict() == {"budgeted": {"budget": 125.0}}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_param_a_state_update_reads_is_one_value_per_call(backend):
     shaper = compile_str(DECAYING, backend=backend).budgeted
     with pytest.raises(shapec.ParamError if hasattr(shapec, "ParamError") else ValueError,
