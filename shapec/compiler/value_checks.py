@@ -52,8 +52,7 @@ def all_clean(off0, off1, end0, end1, a0, a1, a2, a3, a4, a5, a6, a7, rules, t0,
             arr = arrays[k]
             for i in range(arr.shape[0]):
                 v = arr[i]
-                if v == v:
-                    arr[i] = 1.0 if v != 0.0 else 0.0
+                arr[i] = math.nan if v != v else (1.0 if v != 0.0 else 0.0)  # one NaN, whatever its payload
     return True
 
 
