@@ -7,7 +7,7 @@ from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation
 
 _DECLARATIONS = ("shaper", "pipeline", "fn", "import", "as")
 _STATEMENTS = ("input", "meta", "channel", "let", "gate", "skip", "term", "factor", "clamp", "state",
-               "update", "metric", "result", "requires", "produces")
+               "update", "metric", "result", "drop", "requires", "produces")
 _CLAUSES = ("on", "when", "unless", "where", "open", "closed", "in", "and", "or", "not")
 _TYPES = ("bool", "int", "float", "band", "enum", "list", "tokens", "chars", "seconds", "calls",
           "binary", "unit", "nonneg", "real", "advantage")

@@ -70,7 +70,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
         inputs, metas, channels, batch_steps, steps, skips, metrics = [], [], [], [], [], [], []
         gate_reasons: dict[str, tuple[str, ...]] = {}
         terms, factors, states = [], [], []
-        result = None
+        result = drop = None
         order = []  # (kind, span) of terms/clamps/factors for E504
         pending = []  # ensure clauses, checked once every name of the body is defined
         for st in s.body:
@@ -212,6 +212,12 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     self.expect_num(node, e.span, "the result")
                     result = node
                     order.append(("result", st.span))
+                case A.Drop(cond=e):
+                    node = self.expr(e)
+                    self.expect_bool(node, e.span, "a drop condition")
+                    if node.ty is not POISON and node.ty.items:
+                        self.error("E306", "a drop condition decides per rollout, not per metadata item", e.span)
+                    drop = node if drop is None else Node(Op.OR, (drop, node), Type(BOOL, ROLLOUT), span=e.span)
                 case A.Ensure():
                     pending.append(st)
                 case _:
@@ -228,7 +234,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
         return ShaperIR(
             name=s.name, doc=s.doc, params=tuple(self.params.values()), inputs=tuple(inputs),
             metas=tuple(metas), channels=tuple(channels), batch_steps=tuple(batch_steps), steps=tuple(steps),
-            skips=tuple(config_skips + data_skips), requires=requires, produces=produces, result=result,
+            skips=tuple(config_skips + data_skips), requires=requires, produces=produces, result=result, drop=drop,
             metrics=tuple(metrics), gate_reasons=gate_reasons, terms=tuple(terms),
             factors=tuple(f for f, _, _ in factors), states=tuple(states), source=self.source,
             filename=self.filename, ensures=ensures,

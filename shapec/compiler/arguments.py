@@ -93,6 +93,8 @@ def plan_arguments(ir: ShaperIR, namer: Namer, parallel: bool) -> ArgumentPlan:
           Arg("factors", "out_factors", numba_type="nt.float64[:, ::1]"),
           Arg("skip", "out_skip", numba_type="nt.int64[::1]"),
           Arg("gates", "out_gates", numba_type="nt.int64[:, ::1]"), Arg("metrics", "out_metrics")]
+    if ir.drop is not None:
+        a.append(Arg("kept", "out_kept", numba_type="nt.boolean[::1]"))
     return plan
 
 

@@ -114,9 +114,9 @@ class _Folder:
         channels = tuple((name, self.fold(node)) for name, node in ir.channels)
         skips = tuple(self.step(s) for s in ir.skips)
         steps = tuple(self.step(s) for s in ir.steps)
-        result = self.fold(ir.result)
+        result, drop = self.fold(ir.result), self.fold(ir.drop)
         metrics = tuple((name, self.fold(node)) for name, node in ir.metrics)
-        return replace(ir, channels=channels, skips=skips, steps=steps, result=result, metrics=metrics)
+        return replace(ir, channels=channels, skips=skips, steps=steps, result=result, drop=drop, metrics=metrics)
 
     def step(self, s: Step) -> Step:
         expr, on, when = self.fold(s.expr), self.fold(s.on), self.fold(s.when)

@@ -184,6 +184,7 @@ class ShaperIR:
     source: str = ""
     filename: str = ""
     ensures: tuple[Ensure, ...] = ()
+    drop: Node | None = None  # `drop when`: a rollout bool, the rollouts that leave the batch where 1
     # index = skip code: "" (shaped), each skip, "non_binary" when binary is required, "validation";
     # derived once here because every call of both backends reads it
     skip_reasons: tuple[str, ...] = field(init=False, compare=False)
@@ -217,8 +218,7 @@ def roots(ir: ShaperIR):
     yield from (node for _, node in ir.channels)
     for step in (*ir.batch_steps, *ir.steps, *ir.skips):
         yield from (n for n in (step.expr, step.on, step.when, *(when for _, _, when in step.rules)) if n is not None)
-    if ir.result is not None:
-        yield ir.result
+    yield from (n for n in (ir.result, ir.drop) if n is not None)
     yield from (node for _, node in ir.metrics)
 
 
@@ -261,7 +261,6 @@ def steps_nodes(ir: ShaperIR):
         for _, _, w in step.rules:
             if w is not None:
                 yield w
-    if ir.result is not None:
-        yield ir.result
+    yield from (n for n in (ir.result, ir.drop) if n is not None)
     for _, node in ir.metrics:
         yield node

@@ -27,10 +27,13 @@ def rejects_path(out: Path) -> Path:
 
 
 def output_columns(result) -> dict[str, np.ndarray]:
-    """The breakdown columns. A term of `-coeff * x` on x = 0 is -0.0, which a reader takes for a
-    penalty that applied: written as 0 (adding +0.0 changes no other value)."""
+    """The breakdown columns, and `kept` (bool) when the shaper drops rollouts (`drop when`). A
+    term of `-coeff * x` on x = 0 is -0.0, which a reader takes for a penalty that applied: written
+    as 0 (adding +0.0 changes no other value)."""
     cols = {f"term.{k}": v + 0.0 for k, v in result.terms.items()}
     cols.update({f"factor.{k}": v + 0.0 for k, v in result.factors.items()})
+    if result.drops:
+        cols["kept"] = result.kept
     return cols
 
 
@@ -88,7 +91,7 @@ class Writer:
             rows = [chunk.block.rows[i] for i in outcome.good_rows]
             for k, r in enumerate(rows):
                 self._refuse_taken(r, int(numbers[k]), extra)
-            dicts = [self._dict_row(r, float(rewards[k]), {c: float(v[k]) for c, v in extra.items()})
+            dicts = [self._dict_row(r, float(rewards[k]), {c: v[k].item() for c, v in extra.items()})
                      for k, r in enumerate(rows)]
             if self._spool is not None:
                 self._spool_rows(dicts, numbers)
@@ -214,7 +217,7 @@ class Writer:
         table = table.set_column(table.column_names.index("reward"), "reward", pa.array(rewards, pa.float64()))
         table = table.append_column("env_reward", env)  # _refuse_taken: no input column has these names
         for name, values in extra.items():
-            table = table.append_column(name, pa.array(values, pa.float64()))
+            table = table.append_column(name, pa.array(values))  # float64, or bool for `kept`
         return table
 
     def _write_table(self, table, computed: dict[str, np.ndarray]) -> None:

@@ -29,6 +29,7 @@ class StageOutput:
     gate_codes: dict[str, np.ndarray]  # name -> (G,) index into ir.gate_reasons[name]; -1 = group skipped
     metrics: dict[str, float]
     state: dict[str, float] = field(default_factory=dict)
+    kept: np.ndarray | None = None  # (n,) bool, False where `drop when` holds; None: the shaper drops nothing
 
 
 _ELEMENTWISE_POW = np.frompyfunc(c_pow, 2, 1)
@@ -334,7 +335,8 @@ class Interpreter:
         self.env.update(terms)
         self.env.update(factors)
         metrics = {name: float(self.eval(node)) for name, node in ir.metrics}
-        return StageOutput(rewards, terms, factors, skip_codes, gate_codes, metrics, dict(self.state))
+        kept = None if ir.drop is None else ~(live & (self.at(ir.drop, Type("num", ROLLOUT)) == 1))  # missing: kept
+        return StageOutput(rewards, terms, factors, skip_codes, gate_codes, metrics, dict(self.state), kept)
 
     def decide_skips(self, codes: np.ndarray) -> None:
         ir, b = self.ir, self.b

@@ -125,8 +125,9 @@ class Kernel:
         out = np.empty(n)
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
+        kept = (np.empty(n, dtype=bool),) if ir.drop is not None else ()
         with self.lock:
-            state_out, bad_i, bad_g = fn(*values, keep, out, terms, factors, skip, gates, metrics)
+            state_out, bad_i, bad_g = fn(*values, keep, out, terms, factors, skip, gates, metrics, *kept)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
@@ -135,7 +136,7 @@ class Kernel:
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
-            dict(zip(self.state_names, state_out.tolist())))
+            dict(zip(self.state_names, state_out.tolist())), *kept)
 
 
 def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):

@@ -78,6 +78,7 @@ class StageResult:
     gate_codes: dict[str, np.ndarray]
     gate_reasons: dict[str, tuple[str, ...]]
     metrics: dict[str, float]
+    kept: np.ndarray | None  # (n,) bool: False for a rollout this stage drops; None: it has no `drop when`
 
     @property
     def skipped(self) -> np.ndarray:
@@ -122,6 +123,20 @@ class Result:
             for k, v in st.gates.items():
                 out[k if len(self.stages) == 1 else f"{st.name}.{k}"] = v
         return out
+
+    @property
+    def kept(self) -> np.ndarray:
+        """(n,) bool: the rollouts that stay in the batch, False where any stage drops one."""
+        out = np.ones(len(self.rewards), dtype=bool)
+        for st in self.stages:
+            if st.kept is not None:
+                out &= st.kept
+        return out
+
+    @property
+    def drops(self) -> bool:
+        """Whether a stage has a `drop when` (whether or not it dropped a rollout of this batch)."""
+        return any(st.kept is not None for st in self.stages)
 
     @property
     def skipped(self) -> np.ndarray:
@@ -411,8 +426,10 @@ class CompiledShaper:
 
     def _stage_result(self, ir: ShaperIR, reward_in: np.ndarray, out: StageOutput) -> StageResult:
         self._warn_non_binary(ir, out)
+        if out.kept is None and ir.drop is not None:  # not training: nothing is dropped
+            out.kept = np.ones(len(out.rewards), dtype=bool)
         return StageResult(ir.name, reward_in, out.rewards, out.terms, out.factors, out.skip_codes, ir.skip_reasons,
-                           out.gate_codes, ir.gate_reasons, out.metrics)
+                           out.gate_codes, ir.gate_reasons, out.metrics, out.kept)
 
     def _warn_non_binary(self, ir: ShaperIR, out: StageOutput) -> None:
         """Warn once per stage of this shaper, not on every training step."""

@@ -238,6 +238,14 @@ class Result:
 
 
 @dataclass(frozen=True, slots=True)
+class Drop:
+    """`drop when COND`: the rollouts where COND holds leave the batch (Result.kept)."""
+
+    cond: Expr
+    span: Span = _SPAN
+
+
+@dataclass(frozen=True, slots=True)
 class Ensure:
     """`ensure PROPERTY`: an invariant the shaper promises; `shapec check --prove` decides it."""
 
@@ -252,7 +260,7 @@ class Ensure:
 
 
 Stmt = (Input | Meta | Channel | Let | Gate | GateRules | Skip | Term | Factor | Clamp | State | Metric | Result
-        | Ensure)
+        | Drop | Ensure)
 
 
 @dataclass(frozen=True, slots=True)

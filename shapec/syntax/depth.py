@@ -54,7 +54,7 @@ def too_deep_at(err: RecursionError, fallback: Span) -> Diagnostic:
     from . import ast as A
 
     stmts = (A.Input, A.Meta, A.Channel, A.Let, A.Gate, A.GateRules, A.Skip, A.Term, A.Factor, A.Clamp, A.State,
-             A.Metric, A.Result, A.FnDef)
+             A.Metric, A.Result, A.Drop, A.FnDef)
     others = (A.Param, A.Number, A.String, A.Bool, A.Name, A.GetAttr, A.Call, A.Unary, A.Binary, A.Cond, A.BandLit)
     frames = [frame.f_locals for frame, _ in traceback.walk_tb(err.__traceback__)]
     for kinds in (stmts, others):

@@ -255,6 +255,9 @@ class _Builder(Transformer_NonRecursive):
     def result(self, meta, children):
         return A.Result(children[0], self._span(meta))
 
+    def drop(self, meta, children):
+        return A.Drop(children[0], self._span(meta))
+
     def ensure(self, meta, children):
         prop, shape, on, over, when = children
         lo, hi = shape if isinstance(shape, list) else (None, None)

@@ -292,6 +292,8 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
             return _wrap(f"metric {shown} = ", e, _BODY_WIDTH)
         case A.Result(expr=e):
             return _wrap("result = ", e, _BODY_WIDTH)
+        case A.Drop(cond=e):
+            return _wrap("drop when ", e, _BODY_WIDTH)
         case A.Ensure(prop=prop, lo=lo, hi=hi, x=x, on=on, over=over, when=when):
             head = f"ensure {prop}" + (f" [{expr(lo)}, {expr(hi)}]" if lo is not None else "")
             head += (f"({x})" if x is not None else "") + (f" on {expr(on)}" if on is not None else "")

@@ -156,6 +156,9 @@ def assert_agree(interp, kernel, rewards, kwargs, state=None):
         for k in sa.factors:
             assert_close(sa.factors[k], sb.factors[k], f"{sa.name}: factor {k}")
         np.testing.assert_array_equal(sa.skip_codes, sb.skip_codes, err_msg=f"{sa.name}: skip codes")
+        assert (sa.kept is None) == (sb.kept is None)
+        if sa.kept is not None:
+            np.testing.assert_array_equal(sa.kept, sb.kept, err_msg=f"{sa.name}: kept")
         assert sa.gate_codes.keys() == sb.gate_codes.keys()
         for k in sa.gate_codes:
             np.testing.assert_array_equal(sa.gate_codes[k], sb.gate_codes[k], err_msg=f"{sa.name}: gate {k}")
@@ -385,6 +388,8 @@ class SpecWriter:
                     expr = self.pick([f"band(ft, {self.band()})", f"clip({self.rollout(d)}, 0, 1)",
                                       f"max(1, ft / max(1, {self.group(1)})) ** (-c2)", f"sigmoid({self.rollout(1)})"])
                     body.append(f"factor f{k} = {expr}{self.pick(['', ' on right', ' when ' + self.group_bool(1)])}")
+        if self.coin(0.3):
+            body.append(f"drop when {self.rollout_bool(d - 1, strict=False)}")
         body += [
             "metric delta = batch.mean(shaped - reward)",
             f"metric grouped = batch.mean({self.group(1)} where {self.rollout_bool(1)})",
@@ -447,6 +452,7 @@ shaper generated_all(c1: float = 1, c2: float >= 0 = 0.5, q: float in [0, 1] = 0
   term longest = -c1 on argmax(ft where right) when stable and history
   term relative = clip(centered(1 - minmax(ft where right) where right) * c2, -1, 1) on right
   term kept = c1 * (rank(-ft where right) ?? position) / group_size when rank(ft) < 2
+  drop when rank(ft where right) >= 2 or lim > 3
   term outlier = -0.5 on right when present(z) and 0.6745 * z > spread and not missing(upper)
   term gap = clip(-abs(score - float(sum(x where flag)) / group_size) ** 0.5, -2, 0) when shortest + longest >= 0
   clamp >= 0
@@ -498,6 +504,6 @@ def test_generated_specs_are_well_typed_and_varied():
     for source in drawn:
         assert shapec.check_source(source) == [], source
     for construct in ("median(", "mad(", "std(", "quantile(", "nth_largest(", "minmax(", "centered(", "rank(", "position", "argmin(",
-                      "argmax(", "??", " ? ", "band(", "gate ", "factor ", "clamp", "hist.", "result", "state"):
+                      "argmax(", "??", " ? ", "band(", "gate ", "factor ", "clamp", "hist.", "result", "state", "drop when"):
         assert construct in EVERY_CONSTRUCT or construct == "result", construct
         assert any(construct in source for source in drawn), construct

@@ -83,6 +83,17 @@ def test_buffer_utilities():
             assert h.k_sorted_median(buf, len(values)) == float(np.median(values))
 
 
+def test_rank_is_the_place_of_each_value_in_a_stable_sort():
+    for values in SELECTIONS:
+        if values and not any(map(math.isnan, values)):
+            buf = np.array([*values, -99.0])
+            order = np.argsort(np.array(values), kind="stable")
+            expected = np.empty(len(values))
+            expected[order] = np.arange(len(values))
+            assert [h.k_rank(buf, len(values), t) for t in range(len(values))] == expected.tolist()
+    assert [h.k_rank(np.array([0.0, -0.0, 0.0]), 3, t) for t in range(3)] == [0.0, 1.0, 2.0]  # equal zeros in order
+
+
 @pytest.mark.parametrize("op", REDUCTIONS)
 def test_reductions_match_reduce_values(op):
     fn = getattr(h, f"red_{op}")

@@ -239,3 +239,22 @@ def test_an_agent_name_that_is_not_a_string_is_a_bad_row(tmp_path):
     rc, _, err = run(*args, "--on-bad-row", "skip")
     assert rc == 0 and "Traceback" not in err, err
     assert [json.loads(x)["prompt_id"] for x in (tmp_path / "o.jsonl").read_text().splitlines()] == ["p0", "p0"]
+
+
+# ------------------------------------------------------------------------- the rollouts a shaper drops
+@pytest.mark.parametrize("out_name", ["o.jsonl", "o.parquet"])
+@pytest.mark.parametrize("data_name", ["d.jsonl", "d.parquet"])
+def test_the_rollouts_a_shaper_drops_are_written_as_a_kept_column(tmp_path, data_name, out_name):
+    rows = [row("p0", 1, 30), row("p0", 1, 10), row("p0", 0, 20), row("p1", 1, 5), row("p1", 0, 50)]
+    data = tmp_path / data_name
+    if data_name.endswith(".jsonl"):
+        write_jsonl(data, rows)
+    else:
+        pq.write_table(pa.Table.from_pylist(rows), data)
+    out = tmp_path / out_name
+    rc, _, err = run("gfpo", "--data", data, "--out", out, "--set", "k=2", "--set", "scale=none")
+    assert rc == 0, err
+    written = (pq.read_table(out).to_pylist() if out_name.endswith(".parquet")
+               else [json.loads(line) for line in out.read_text().splitlines()])
+    assert [r["kept"] for r in written] == [False, True, True, True, True]  # p0 keeps its two shortest
+    assert [r["reward"] for r in written] == [0.0, 0.5, -0.5, 0.5, -0.5]

@@ -84,6 +84,33 @@ def test_position_is_the_rollouts_place_in_its_group():
     assert s(np.zeros(5), offsets=[0, 2, 5], channels={"x": np.zeros(5)}).terms["t"].tolist() == [0, 1, 0, 1, 2]
 
 
+@pytest.mark.parametrize("backend", ["interpreter", "numba"])
+def test_drop_when_marks_the_rollouts_that_leave_the_batch(backend):
+    """Any `drop when` that holds drops the rollout; a missing condition, a skipped group or a call
+    that is not training drops nothing; the rewards are shaped as without it."""
+    spec = src("""shaper s() produces real {
+      input x: float
+      meta cap: float
+      skip off when cap < 0
+      drop when x > cap
+      drop when rank(-x) == 0
+      term t = 1
+    }""")
+    shaper = compile_str(spec, backend=backend).s
+    call = dict(group_size=3, channels={"x": [5.0, 1.0, 2.0, 4.0, 9.0, 3.0, 7.0, 8.0, 9.0]},
+                metadata={"cap": [3.0, None, -1.0]})
+    out = shaper(np.zeros(9), **call)
+    assert out.kept.tolist() == [False, True, True, True, False, True, True, True, True]  # cap missing: the largest
+    assert out.rewards.tolist() == [1.0] * 6 + [0.0] * 3 and out.drops
+    assert out.stages[0].kept.tolist() == out.kept.tolist()
+    assert shaper(np.zeros(9), training=False, **call).kept.all()
+
+
+def test_a_shaper_without_drop_keeps_every_rollout():
+    out = shaper("input x: float\nterm t = x")(np.zeros(2), group_size=2, channels={"x": [1.0, 2.0]})
+    assert out.kept.tolist() == [True, True] and not out.drops and out.stages[0].kept is None
+
+
 def test_reductions_are_per_group_on_ragged_groups():
     s = shaper("input x: float\nterm t = max(x) - min(x)")
     out = s(np.zeros(5), offsets=np.array([0, 2, 5]), channels={"x": [1, 4, 10, 0, 5]})

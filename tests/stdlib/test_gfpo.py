@@ -33,7 +33,9 @@ def authors(rewards, lengths, group, k, filter="length", scale="group"):
             advantages = advantages / (kept.std(axis=1, ddof=1, keepdims=True) + 1e-4)
     out = np.zeros(len(rewards))
     out[kept_index] = advantages.ravel()
-    return out
+    kept = np.zeros(len(rewards), dtype=bool)
+    kept[kept_index] = True
+    return out, kept
 
 
 @pytest.mark.parametrize("seed", range(100))
@@ -48,12 +50,15 @@ def test_matches_trls_advantages_over_the_kept_rollouts(gfpo, seed):
     params = {"k": int(rng.integers(1, group + 3)), "filter": str(rng.choice(["length", "efficiency"])),
               "scale": str(rng.choice(["group", "none"]))}
     got = gfpo(rewards, group_size=group, channels={"length": lengths}, params=params)
-    assert got.rewards.tolist() == pytest.approx(authors(rewards, lengths, group, **params).tolist(), abs=1e-9)
+    advantages, kept = authors(rewards, lengths, group, **params)
+    assert got.rewards.tolist() == pytest.approx(advantages.tolist(), abs=1e-9)
+    assert got.kept.tolist() == kept.tolist()  # the rollouts TRL keeps in the batch
 
 
 def test_equal_scores_keep_the_first_rollouts(gfpo):
     got = gfpo([1, 0, 1, 0], group_size=4, channels={"length": [7, 7, 7, 7]}, params={"k": 2, "scale": "none"})
     assert got.rewards.tolist() == [0.5, -0.5, 0.0, 0.0]
+    assert got.kept.tolist() == [True, True, False, False]
 
 
 def test_efficiency_keeps_the_most_reward_per_token(gfpo):

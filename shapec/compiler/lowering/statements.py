@@ -428,11 +428,15 @@ class Statements:
             final = "run[i - s]"
         else:
             final = "rewards[i] + " + self.term_sum() if self.summed else "rewards[i]"
+        if ir.drop is not None:
+            self.hoist(ir.drop, scope, "group")
         o("if code == 0:")
         with o.indented():
             o("for i in range(s, e):")
             with o.indented():
                 o(f"out[i] = {final}")
+                if ir.drop is not None:  # a missing condition drops nothing
+                    o(f"kept[i] = not {self.truth(ir.drop, 'rollout', scope)}")
                 o("if bad_i < 0 and not np.isfinite(out[i]):")
                 with o.indented():
                     o("bad_i = i")
@@ -444,6 +448,8 @@ class Statements:
             o("for i in range(s, e):")
             with o.indented():
                 o("out[i] = rewards[i]")
+                if ir.drop is not None:
+                    o("kept[i] = True")
             self.store_breakdown(lambda k: "0.0", lambda k: "1.0")
             for k in range(len(ir.gate_reasons)):
                 o(f"gates[{k}, g] = -1")
