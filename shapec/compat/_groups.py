@@ -171,6 +171,13 @@ class Shaped:
     def metrics(self) -> dict[str, float]:
         return self.result.metrics
 
+    @property
+    def kept(self) -> np.ndarray:
+        """(n,) bool in the trainer's order: False for a rollout the shaper drops (`drop when`)."""
+        out = np.empty(len(self.rewards), dtype=bool)
+        out[self.order] = self.result.kept
+        return out
+
 
 def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Sequence[Hashable], *,
                    lengths: Sequence[float], unit: str = "tokens", columns: Mapping[str, Sequence] | None = None,

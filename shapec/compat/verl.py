@@ -11,6 +11,11 @@ moves the change onto the response's last token, and hands the result to verl's 
 (GRPO, or RLOO). Registration must happen in the process that computes advantages: inside verl's
 Ray task runner (see docs/trainers.md for the recipe).
 
+A rollout the shaper drops (`drop when`, as the stdlib's gfpo does) leaves the group: the base
+estimator's group statistics are over the kept rollouts alone, and the dropped one gets advantage
+0 and a response mask of zeros, written into the batch's own `response_mask`, which verl's loss
+reads (it leaves a fully masked response out of every loss mode).
+
 verl hands an estimator only tensors and the uid, so a spec input that is not the one length (a
 second length, a flag) or its metadata comes from the batch's `non_tensor_batch` through
 `with_columns`, which wraps verl's `compute_advantage`.
@@ -86,6 +91,10 @@ def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = N
         rows = torch.arange(len(scores), device=scores.device)
         moved = token_level_rewards.clone()
         moved[rows, last] += change.to(moved.dtype)
+        if shaped.result.drops:  # kept-only group statistics; a dropped row: advantage 0 and no loss
+            dropped = torch.as_tensor(~shaped.kept, device=response_mask.device)
+            response_mask[dropped] = 0  # in place: the batch's own mask, which the actor's loss reads
+            index = [("shapec dropped", i) if drop else uid for i, (uid, drop) in enumerate(zip(index, ~shaped.kept))]
         extra = {}
         if base == "grpo":
             extra["norm_adv_by_std_in_grpo"] = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True

@@ -119,3 +119,29 @@ def test_a_spec_with_several_inputs_reads_them_from_the_batchs_non_tensor_column
         r = np.array([CORRECT[i] for i in rows], dtype=float)
         plain[rows] = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
     assert not np.allclose(_nemo_expected(), plain, atol=1e-3)
+
+
+def test_the_rollouts_a_shaper_drops_leave_the_group_and_the_loss():
+    """gfpo keeps each group's two shortest: GRPO's statistics are over those alone, and a dropped
+    response has advantage 0 and a response mask of zeros in the batch verl's loss reads."""
+    torch = need("torch", "verl")
+    ray_trainer = need("verl.trainer.ppo.ray_trainer", "verl")
+    config = need("verl.trainer.config", "verl").AlgoConfig(adv_estimator="x", norm_adv_by_std_in_grpo=True)
+    gfpo = shapec.load("gfpo", backend="interpreter").gfpo
+    register_advantage_estimator("shapec_test_gfpo", gfpo, params={"k": 2, "scale": "none"})
+    data = ray_trainer.compute_advantage(_data(torch), adv_estimator="shapec_test_gfpo", config=config)
+    kept, expected = np.zeros(len(UIDS), dtype=bool), np.zeros(len(UIDS))
+    for uid in dict.fromkeys(UIDS):
+        rows = [i for i, u in enumerate(UIDS) if u == uid]
+        out = gfpo([CORRECT[i] for i in rows], group_size=len(rows), channels={"length": [LENGTHS[i] for i in rows]},
+                   params={"k": 2, "scale": "none"})
+        mine = [i for i, keep in zip(rows, out.kept) if keep]
+        shaped = out.rewards[out.kept]
+        kept[mine] = True
+        expected[mine] = (shaped - shaped.mean()) / (shaped.std(ddof=1) + 1e-6)
+    mask = data.batch["response_mask"]
+    assert mask.sum(-1).gt(0).numpy().tolist() == kept.tolist()
+    advantages = data.batch["advantages"]
+    rows_sum = (advantages * mask).sum(-1).numpy() / np.maximum(mask.sum(-1).numpy(), 1)
+    np.testing.assert_allclose(rows_sum, expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(advantages[torch.as_tensor(~kept)], torch.zeros_like(advantages[torch.as_tensor(~kept)]))
