@@ -217,7 +217,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     self.expect_bool(node, e.span, "a drop condition")
                     if node.ty is not POISON and node.ty.items:
                         self.error("E306", "a drop condition decides per rollout, not per metadata item", e.span)
-                    drop = node if drop is None else Node(Op.OR, (drop, node), Type(BOOL, ROLLOUT), span=e.span)
+                    drop = node if drop is None else Node(Op.OR, (drop, node), Type(
+                        BOOL, ROLLOUT, maybe_missing=drop.ty.maybe_missing or node.ty.maybe_missing), span=e.span)
                 case A.Ensure():
                     pending.append(st)
                 case _:
