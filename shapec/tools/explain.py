@@ -142,6 +142,8 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
     for f in active_factors:
         table.add_column(f"factor {f}", justify="right", overflow="fold")
     table.add_column("reward", justify="right", style="bold")
+    if result.drops:
+        table.add_column("kept")
     env = result.stages[0].reward_in[rows]
     final = result.rewards[rows]
     channels = outcome.channels
@@ -152,6 +154,8 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
         cells += [fmt_number(terms[t][j], digits) for t in active_terms]
         cells += [fmt_number(factors[f][j], digits) for f in active_factors]
         cells.append(fmt_number(final[j], digits))
+        if result.drops:  # a rollout `drop when` takes out of the training batch
+            cells.append("yes" if result.kept[rows[j]] else "dropped")
         table.add_row(*cells)
     console.print(table)
     idle = [t for t in terms if t not in active_terms] + [f for f in factors if f not in active_factors]

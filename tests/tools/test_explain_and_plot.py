@@ -51,6 +51,16 @@ def test_explain_marks_skipped_and_rejected_groups(tmp_path):
     assert "rejected: row 4: reasoning: expected a number >= 0 (tokens), got -1" in proc.stdout
 
 
+def test_explain_marks_the_rollouts_a_shaper_drops(tmp_path):
+    rows = [{"prompt_id": "p", "reward": r, "length": n} for r, n in ((1, 300), (1, 100), (0, 50), (1, 200))]
+    data = tmp_path / "in.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = cli("explain", "gfpo", "--data", data, "--set", "k=2")
+    assert proc.returncode == 0, proc.stderr
+    table = [line.split() for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()]
+    assert [cells[-1] for cells in table] == ["dropped", "yes", "yes", "dropped"]  # the two shortest stay
+
+
 def test_explain_unknown_group_exits_1_and_lists_some_ids():
     proc = cli("explain", "nemo_rl", "--data", EXAMPLES / "rollouts.jsonl", "--group", "nope")
     assert proc.returncode == 1
