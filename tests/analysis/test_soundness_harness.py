@@ -20,12 +20,12 @@ from .test_prover_soundness import FALSE_CLAUSES
 HEAD = ("shaper s(w: float in [-2, 2] = 1, n: int in [0, 4] = 1, flag: bool = false, lo: float >= 0 = 0.5) "
         "requires {over} produces real {{\n  input b: bool\n  input k: int\n  input x: float\n  input t: tokens\n")
 NUM_ATOMS = ["reward", "env_reward", "x", "float(k)", "float(t) / 100", "w", "float(n)", "lo", "0", "1", "-1", "0.5",
-             "2", "(b ? 1 : 0)"]
+             "2", "(b ? 1 : 0)", "position"]
 BOOL_ATOMS = ["b", "flag", "reward > 0", "reward == 0", "x > 0", "t > 100", "w >= 0"]
 UNARY = ["-{}", "abs({})", "float(int({}))", "sigmoid({})", "sqrt(abs({}))", "cos({})", "exp(min({}, 5))",
          "log(abs({}) + 1)"]
 REDUCTIONS = ["mean({})", "sum({})", "min({})", "max({})", "std({})", "median({})", "minmax({} where b)",
-              "mean({} where reward > 0)", "max({} where b)"]  # of a rollout value: `+ 0 * x` keeps it one
+              "mean({} where reward > 0)", "max({} where b)", "rank({} where b)"]  # of a rollout value: `+ 0 * x` keeps it one
 BINARY = ["{} + {}", "{} - {}", "{} * {}", "{} / {}", "min({}, {})", "max({}, {})", "{} ** 2", "({}) ?? {}"]
 CONDS = ["{} > {}", "{} <= {}", "{} == {}"]
 
