@@ -26,7 +26,8 @@ from shapec.compiler import store
 from shapec.compiler.lowering import conditions
 from shapec.ir.nodes import Op
 
-from .test_differential import EVERY_CONSTRUCT, fixed_specs, random_call, sizes_st
+from .spec_writer import EVERY_CONSTRUCT, fixed_specs
+from .test_differential import random_call, sizes_st
 
 NEMO_RL = (shapec.load("nemo_rl", backend="interpreter").length_penalty.ir.filename, "length_penalty")
 # bool metadata (a scalar, a record field, a list field) inside and/or/not, where the rewrite must

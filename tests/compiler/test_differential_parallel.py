@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 import shapec
 from shapec.compiler.lowering.groups import PARALLEL_MIN_ROLLOUTS
 
-from .test_differential import _COMPILED, EVERY_CONSTRUCT, assert_agree, backends, outcome, random_call
+from .spec_writer import EVERY_CONSTRUCT
+from .test_differential import _COMPILED, assert_agree, backends, outcome, random_call
 
 
 def large_sizes(seed: int, largest: int) -> list[int]:

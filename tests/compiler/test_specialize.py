@@ -20,7 +20,8 @@ from shapec.runtime.params import param_arrays
 from shapec.runtime.kernel import MAX_VARIANTS
 from shapec.runtime.shaper import BoundShaper, CompiledShaper
 from shapec.ir.nodes import Op
-from tests.compiler.test_differential import EVERY_CONSTRUCT, FILE_TARGETS, fixed_specs, random_call, sizes_st
+from tests.compiler.spec_writer import EVERY_CONSTRUCT, fixed_specs
+from tests.compiler.test_differential import FILE_TARGETS, random_call, sizes_st
 
 SWITCHED = """
 shaper switched(a: float = 0, b: float = 0, on: bool = false, k: enum(x, y) = x, lim: float? , n: int = 2)

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 import shapec
 
-from ..compiler.test_differential import EVERY_CONSTRUCT, TOL
+from ..compiler.spec_writer import EVERY_CONSTRUCT
+from ..compiler.test_differential import TOL
 
 UNREAD = """
 shaper unread(w: float = 0.5, n_max: int >= 1 = 3) requires binary {
