@@ -108,8 +108,9 @@ def perturb(call: dict, rng: np.random.Generator, how: str) -> dict:
         call["rewards"] = r
     elif how == "rewards_form":
         r = np.array(call["rewards"], dtype=np.float64)
-        call["rewards"] = [r.astype(np.float32), r.tolist(), np.repeat(r, 2)[::2], r.astype(np.int64),
-                           read_only(r)][int(rng.integers(5))]
+        with np.errstate(over="ignore", invalid="ignore"):  # a bad value planted before has no int form
+            call["rewards"] = [r.astype(np.float32), r.tolist(), np.repeat(r, 2)[::2], r.astype(np.int64),
+                               read_only(r)][int(rng.integers(5))]
     elif how == "channel" and type(call["channels"]) is dict and call["channels"]:
         name = pick(call["channels"])
         arr = np.array(call["channels"][name], dtype=np.float64).ravel()
@@ -119,8 +120,9 @@ def perturb(call: dict, rng: np.random.Generator, how: str) -> dict:
     elif how == "channel_form" and type(call["channels"]) is dict and call["channels"]:
         name = pick(call["channels"])
         arr = np.array(call["channels"][name], dtype=np.float64).ravel()
-        call["channels"][name] = [arr.tolist(), arr[:-1], arr.astype(np.int32), None, np.repeat(arr, 2)[::2],
-                                  arr.reshape(1, -1), read_only(arr)][int(rng.integers(7))]
+        with np.errstate(over="ignore", invalid="ignore"):  # a bad value planted before has no int form
+            call["channels"][name] = [arr.tolist(), arr[:-1], arr.astype(np.int32), None, np.repeat(arr, 2)[::2],
+                                      arr.reshape(1, -1), read_only(arr)][int(rng.integers(7))]
         if rng.random() < 0.2:
             del call["channels"][name]
     elif how == "meta" and type(call["metadata"]) is dict and call["metadata"]:
