@@ -225,9 +225,7 @@ def resolve(ir: ShaperIR, params: Mapping[str, Any] | None) -> Resolved:
         if key not in specs:
             raise ParamError(f"unknown param {key!r} for shaper {ir.name!r}{_suggest(key, list(specs))}")
     per_group_values = {k: v for k, v in params.items() if _is_per_group(specs[k], v)}
-    for spec in ir.params:  # a required param given per group is given: the scalars are validated without it
-        if spec.required and spec.name not in params:
-            raise ParamError(f"param {spec.name!r} of shaper {ir.name!r}: required (it has no default)", spec.name)
+    # the scalars by a model without the per-group params: a required one given per group is given
     scalars = validate_params(ir, {k: v for k, v in params.items() if k not in per_group_values}, "",
                               frozenset(specs.keys() - per_group_values.keys()) if per_group_values else None)
     uniform = {name: _encode(specs[name], value) for name, value in scalars.items() if name not in per_group_values}
