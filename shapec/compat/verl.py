@@ -92,9 +92,9 @@ def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = N
         moved = token_level_rewards.clone()
         moved[rows, last] += change.to(moved.dtype)
         if shaped.result.drops:  # kept-only group statistics; a dropped row: advantage 0 and no loss
-            dropped = torch.as_tensor(~shaped.kept, device=response_mask.device)
-            response_mask[dropped] = 0  # in place: the batch's own mask, which the actor's loss reads
-            index = [("shapec dropped", i) if drop else uid for i, (uid, drop) in enumerate(zip(index, ~shaped.kept))]
+            dropped = ~shaped.kept
+            response_mask[torch.as_tensor(dropped, device=response_mask.device)] = 0  # the batch's own mask
+            index = [("shapec dropped", i) if drop else uid for i, (uid, drop) in enumerate(zip(index, dropped))]
         extra = {}
         if base == "grpo":
             extra["norm_adv_by_std_in_grpo"] = config.get("norm_adv_by_std_in_grpo", True) if config is not None else True

@@ -146,6 +146,7 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
         table.add_column("kept")
     env = result.stages[0].reward_in[rows]
     final = result.rewards[rows]
+    kept = result.kept[rows] if result.drops else None  # the rollouts `drop when` leaves in the batch
     channels = outcome.channels
     for j, i in enumerate(range(start, end)):
         cells = [str(chunk.base + i + 1)]
@@ -154,8 +155,8 @@ def render_group(console, shaper, chunk: Chunk, outcome: ChunkOutcome, g: int, l
         cells += [fmt_number(terms[t][j], digits) for t in active_terms]
         cells += [fmt_number(factors[f][j], digits) for f in active_factors]
         cells.append(fmt_number(final[j], digits))
-        if result.drops:  # a rollout `drop when` takes out of the training batch
-            cells.append("yes" if result.kept[rows[j]] else "dropped")
+        if kept is not None:
+            cells.append("yes" if kept[j] else "dropped")
         table.add_row(*cells)
     console.print(table)
     idle = [t for t in terms if t not in active_terms] + [f for f in factors if f not in active_factors]
