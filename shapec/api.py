@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Iterator
 
-from .checker.imports import STDLIB, Target
-from .checker.loader import ImportKey, Loader
-from .checker.module import CheckedModule
+from .checker.imports import STDLIB
+from .compiler.spec_store import CheckedSpec, checked_file
 from .paths import path_kind
 from .syntax.source import Diagnostic, ShapeError
 
@@ -20,10 +19,9 @@ class CompiledModule:
     `shapers`, `pipelines`) is reached only as `mod["names"]`.
     """
 
-    def __init__(self, checked: CheckedModule, backend: str, parallel: bool = False,
-                 imports: Mapping[ImportKey, Target] | None = None):
+    def __init__(self, checked: CheckedSpec, backend: str, parallel: bool = False):
         self.filename = checked.filename
-        self._imports = dict(imports or {})  # what its shapers pickle with their source
+        self._imports = checked.imports  # what its shapers pickle with their source
         self.doc = checked.doc
         self.backend = backend
         self.parallel = parallel
@@ -104,16 +102,18 @@ def compile_str(source: str, filename: str = "<string>", backend: str | None = N
     parallel=True (or SHAPEC_PARALLEL=1) makes numba kernels run chunks of groups on several
     threads for large batches; the rewards are identical either way.
     """
+    from .checker.loader import Loader
+
     loader = Loader()
     checked = loader.source(source, filename, Path(filename).parent)
-    return CompiledModule(checked, resolve_backend(backend), resolve_parallel(parallel), loader.imports)
+    spec = CheckedSpec(checked.filename, checked.doc, checked.shapers, checked.pipelines, loader.imports, ())
+    return CompiledModule(spec, resolve_backend(backend), resolve_parallel(parallel))
 
 
 def compile_file(path: str | Path, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
-    """Parse, check and compile a .shape file (imports resolve relative to it)."""
-    loader = Loader()
-    checked = loader.file(Path(path))
-    return CompiledModule(checked, resolve_backend(backend), resolve_parallel(parallel), loader.imports)
+    """Parse, check and compile a .shape file (imports resolve relative to it). A file checked before,
+    whose imports read the same files, is not checked again (compiler/spec_store.py)."""
+    return CompiledModule(checked_file(Path(path)), resolve_backend(backend), resolve_parallel(parallel))
 
 
 def load(name: str, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
@@ -127,6 +127,8 @@ def load(name: str, backend: str | None = None, parallel: bool | None = None) ->
 
 def check_file(path: str | Path) -> list[Diagnostic]:
     """Every diagnostic for one file (empty when valid). Imports no backend."""
+    from .checker.loader import Loader
+
     try:
         Loader().file(Path(path))
     except ShapeError as err:
@@ -135,6 +137,8 @@ def check_file(path: str | Path) -> list[Diagnostic]:
 
 
 def check_source(source: str, filename: str = "<string>") -> list[Diagnostic]:
+    from .checker.loader import Loader
+
     try:
         Loader().source(source, filename, Path(filename).parent)
     except ShapeError as err:

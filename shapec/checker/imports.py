@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 from ..paths import path_kind
-from ..syntax import ast as A
-from ..syntax.parser import BOM
-from ..syntax.source import Diagnostic, ShapeError, Source, Span
+from ..syntax.source import BOM, Diagnostic, ShapeError, Source, Span
 
 STDLIB = Path(__file__).resolve().parents[1] / "stdlib"
+ImportKey = tuple[bool, str, str]  # (is a path, the importing spec's folder, the target as written)
 _IMPORT_KEYWORD = re.compile(r"import(?:\s|#[^\n]*)*")
 
 
@@ -79,38 +78,6 @@ def target_span(span: Span) -> Span:
     while end < span.end and (text[end].isalnum() or text[end] in "._"):
         end += 1
     return Span(span.source, m.end(), end)
-
-
-def alias_span(it: A.Import) -> Span:
-    """Where the name an import binds is written: its `as` name (the statement's last token), else its target."""
-    span = it.span
-    return Span(span.source, span.end - len(it.alias), span.end) if it.alias else target_span(span)
-
-
-def bound_name(it: A.Import) -> str:
-    """The name an import binds in its file: its `as` name, else its target's stem."""
-    return it.alias or Path(it.target).stem.replace("-", "_")
-
-
-def name_clashes(module: A.Module) -> list[Diagnostic]:
-    """E202 for each import whose name (`bound_name`) an earlier import or a fn, shaper or
-    pipeline of the same file also defines: each name of a file means one thing, and a second
-    import must not silently replace the first."""
-    kinds = {A.FnDef: "fn", A.Shaper: "shaper", A.Pipeline: "pipeline", A.Import: "import"}
-    defined = {it.name: it for it in module.items if isinstance(it, (A.FnDef, A.Shaper, A.Pipeline))}
-    bound: dict[str, A.Import] = {}
-    clashes = []
-    for it in module.items:
-        if not isinstance(it, A.Import):
-            continue
-        name = bound_name(it)
-        other = bound.setdefault(name, it) if name not in defined else defined[name]
-        if other is not it:
-            line = other.span.source.position(other.span.start)[0]
-            how = "is already defined" if isinstance(other, A.Import) else "is also defined"
-            clashes.append(Diagnostic("E202", f"{name!r} {how} (by the {kinds[type(other)]} at line {line})",
-                                      alias_span(it)))
-    return clashes
 
 
 def resolve(target: str, is_path: bool, folder: Path, root: Path, span: Span) -> Target | Diagnostic:

@@ -11,10 +11,9 @@ from typing import Mapping
 
 from ..syntax.parser import parse
 from ..syntax.source import Diagnostic, ShapeError, Span
-from .imports import STDLIB, Target, name_clashes, newlines, read_spec, resolve, target_span
+from .import_names import name_clashes
+from .imports import STDLIB, ImportKey, Target, newlines, read_spec, resolve, target_span
 from .module import CheckedModule, check_module
-
-ImportKey = tuple[bool, str, str]  # (is a path, the importing spec's folder, the target as written)
 
 
 class Loader:
@@ -28,6 +27,7 @@ class Loader:
         self.done: dict[Path, CheckedModule] = {}
         self.active: list[Path] = []
         self.imports: dict[ImportKey, Target] = {}
+        self.reads: list[tuple[str, bool, Path, Path, Target]] = []  # every resolve that read a file, and its Target
         self.pickled = pickled or {}
 
     def file(self, path: Path) -> CheckedModule:
@@ -53,9 +53,12 @@ class Loader:
     def checked(self, text: str, filename: str, folder: Path, root: Path) -> CheckedModule:
         def load(target: str, is_path: bool, span: Span) -> CheckedModule | Diagnostic:
             key = (is_path, str(folder), target)
-            found = self.pickled.get(key) or resolve(target, is_path, folder, root, span)
-            if isinstance(found, Diagnostic):
-                return found
+            found = self.pickled.get(key)
+            if found is None:
+                found = resolve(target, is_path, folder, root, span)
+                if isinstance(found, Diagnostic):
+                    return found
+                self.reads.append((target, is_path, folder, root, found))
             self.imports[key] = found
             return self.imported(found, span)
 

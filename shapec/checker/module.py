@@ -14,7 +14,7 @@ from ..syntax import ast as A
 from ..syntax.depth import recursion_guard
 from ..syntax.source import Diagnostic, ShapeError, Span
 from .shared import BAD, finite_const, suggest
-from .imports import bound_name
+from .import_names import bound_name
 from ..ir.nodes import LEVEL_NAMES, MAX_EXACT_INT, Node, Op, POISON, ParamSpec, PipelineIR, ShaperIR
 from ..ir.depth import deep_expressions
 from .ordering import stage_order

@@ -8,11 +8,12 @@ its *key*, a digest of everything that decides the code in it:
   positions, comments or the file's name: the same spec loaded by another path shares its entry);
 - what shapec is: its version and a digest of its own sources (an edited lowering is a new key);
 - numba's version, Python's, and this machine's CPU (a shared home folder never hands one CPU's
-  machine code to another);
+  machine code to another), both from identity.py;
 - whether the kernel is parallel, and the facts its params settle (compiler/specialize.py).
 
 So a warm process works out the key, finds the module and imports it; numba then loads the machine
-code from its index. Nothing is lowered, parsed or compiled again. A compile that failed (a numba
+code from its index. Nothing is lowered or compiled again, and the spec itself is not parsed or
+checked again either (spec_store.py keeps checked specs the same way). A compile that failed (a numba
 error: a shapec bug) is remembered in a `.failed` entry beside the module's name, and a later
 process with the same key raises at once with the remembered cause instead of trying again.
 
@@ -27,10 +28,8 @@ import dataclasses
 import functools
 import hashlib
 import inspect
-import importlib.metadata
 import importlib.util
 import os
-import platform
 import re
 import stat
 import sys
@@ -42,36 +41,12 @@ from pathlib import Path
 from .. import files
 from ..ir.nodes import Node, ShaperIR, post_order
 from . import value_checks as value_checks_source
+from .identity import host_identity, shapec_identity
 from .lowering.names import ShapecInternalError, kernel_names
 
 FORMAT = 1  # of the key and the entries; a change makes every old entry unreachable
 _NAME_CHARS = 32  # of the shaper's name in a file name: enough to recognise it
 STATS = {"lowered": 0, "imported": 0}  # modules this process generated and imported (tests read it)
-
-
-@functools.cache
-def shapec_identity() -> str:
-    """shapec's version and the digest of its sources and grammar: the code that decides a kernel."""
-    from .. import __version__
-
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256(f"{FORMAT}\0{__version__}".encode())
-    for path in sorted([*root.rglob("*.py"), *root.glob("grammar/*.lark")]):
-        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-@functools.cache
-def host_identity() -> str:
-    """numba's and Python's versions and this machine's CPU."""
-    text = f"{importlib.metadata.version('numba')}\0{sys.version}\0{platform.machine()}"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith(("model name", "flags", "Features", "CPU part")):
-                text += line
-            elif not line.strip():
-                break  # the first processor describes them all
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def ir_text(ir: ShaperIR) -> str:

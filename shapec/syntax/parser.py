@@ -19,7 +19,7 @@ from .. import files
 from . import ast as A
 from . import literals
 from .depth import MAX_EXPR_DEPTH, too_deep
-from .source import Diagnostic, ShapeError, Source, Span
+from .source import BOM, Diagnostic, ShapeError, Source, Span
 from .syntax_errors import SOURCE as GUARD
 from .syntax_errors import GluedKeyword, KeywordGuard, glued_error, syntax_error
 
@@ -364,9 +364,6 @@ class _Builder(Transformer_NonRecursive):
     @_nested
     def band_lit(self, meta, children):
         return A.BandLit(*children, span=self._span(meta))
-
-
-BOM = "\ufeff"
 
 
 def parse(text: str, path: str = "<string>") -> A.Module:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from ..paths import printable
 
+BOM = "\ufeff"  # a byte-order mark some editors save UTF-8 with: not part of a spec
+
 
 @dataclass(frozen=True, slots=True)
 class Source:

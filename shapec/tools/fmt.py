@@ -9,7 +9,8 @@ from pathlib import Path
 
 from ..paths import printable
 from ..checker.imports import newlines, spec_source
-from ..syntax.parser import BOM, parse
+from ..syntax.parser import parse
+from ..syntax.source import BOM
 from ..syntax.pretty import pretty
 from ..syntax.source import ShapeError
 from ..run.atomic import OutputError, write_text
