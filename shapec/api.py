@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .checker.imports import STDLIB
-from .compiler.spec_store import CheckedSpec, checked_file
+from .compiler.spec_store import CheckedSpec, checked_file, checked_source
 from .paths import path_kind
 from .syntax.source import Diagnostic, ShapeError
 
@@ -100,19 +100,15 @@ def compile_str(source: str, filename: str = "<string>", backend: str | None = N
     filename (a spec with no file), that is the current directory.
 
     parallel=True (or SHAPEC_PARALLEL=1) makes numba kernels run chunks of groups on several
-    threads for large batches; the rewards are identical either way.
+    threads for large batches; the rewards are identical either way. A spec checked before, whose
+    imports read the same files, is not checked again (compiler/spec_store.py).
     """
-    from .checker.loader import Loader
-
-    loader = Loader()
-    checked = loader.source(source, filename, Path(filename).parent)
-    spec = CheckedSpec(checked.filename, checked.doc, checked.shapers, checked.pipelines, loader.imports, ())
+    spec = checked_source(source, filename, Path(filename).parent)
     return CompiledModule(spec, resolve_backend(backend), resolve_parallel(parallel))
 
 
 def compile_file(path: str | Path, backend: str | None = None, parallel: bool | None = None) -> CompiledModule:
-    """Parse, check and compile a .shape file (imports resolve relative to it). A file checked before,
-    whose imports read the same files, is not checked again (compiler/spec_store.py)."""
+    """Parse, check and compile a .shape file (imports resolve relative to it)."""
     return CompiledModule(checked_file(Path(path)), resolve_backend(backend), resolve_parallel(parallel))
 
 

@@ -3,8 +3,9 @@
 Checking a spec (parse, names, types, proofs, and importing the parser and the checker) takes a
 warm `shapec run` a tenth of its time and decides nothing that a later process with the same files
 could not read back. An entry is keyed by everything the check reads besides the imported files:
-the spec's text, its file name as given (diagnostics and the IR carry it), where it and its
-imports resolve from, and what shapec is (identity.py). It holds the checked shapers and
+the spec's text (a file's, a string's, or an unpickled shaper's), its file name as given
+(diagnostics and the IR carry it), where it and its imports resolve from, the imports a pickled
+shaper carries, and what shapec is (identity.py). It holds the checked shapers and
 pipelines and, for every import, what resolving it read. A hit resolves each import again (which
 reads the file) and compares: an import that now finds another file or other text is a miss,
 checked as if new. Only a spec that checks cleanly is kept; a spec with errors is checked, and
@@ -21,10 +22,10 @@ import hashlib
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from .. import files
-from ..checker.imports import STDLIB, ImportKey, Target, read_spec, resolve
+from ..checker.imports import STDLIB, ImportKey, Target, newlines, read_spec, resolve
 from ..syntax.source import Span
 from .identity import shapec_identity
 
@@ -44,19 +45,26 @@ class CheckedSpec:
 
 
 def checked_file(path: Path) -> CheckedSpec:
-    """The spec file at `path` checked, with everything it imports: from the store when nothing it
-    read has changed, else checked now (raising ShapeError for a bad spec) and stored."""
+    """The spec file at `path` checked, with everything it imports (see checked_source)."""
     path = Path(path)
-    text = read_spec(path)
-    entry = _entry_path(_key(text, path))
+    return checked_source(read_spec(path), str(path), path.parent)
+
+
+def checked_source(text: str, filename: str, folder: Path,
+                   pickled: Mapping[ImportKey, Target] | None = None) -> CheckedSpec:
+    """Spec text checked as the loader checks it (checker/loader.py; `pickled`: the imports an
+    unpickled shaper carries, read instead of the disk): from the store when nothing it read has
+    changed, else checked now (raising ShapeError for a bad spec) and stored."""
+    text = newlines(text)
+    entry = _entry_path(_key(text, filename, Path(folder), pickled or {}))
     found = _stored(entry)
-    if found is not None and all(resolve(target, is_path, folder, root, Span.none()) == read
-                                 for target, is_path, folder, root, read in found.reads):
+    if found is not None and all(resolve(target, is_path, where, root, Span.none()) == read
+                                 for target, is_path, where, root, read in found.reads):
         return found
     from ..checker.loader import Loader  # only on a miss: a warm process never imports the parser or checker
 
-    loader = Loader()
-    checked = loader.source(text, str(path), path.parent)
+    loader = Loader(pickled)
+    checked = loader.source(text, filename, Path(folder))
     spec = CheckedSpec(checked.filename, checked.doc, checked.shapers, checked.pipelines, dict(loader.imports),
                        tuple(loader.reads))
     with contextlib.suppress(OSError):  # a store that cannot be written costs the next process a check, no more
@@ -64,10 +72,13 @@ def checked_file(path: Path) -> CheckedSpec:
     return spec
 
 
-def _key(text: str, path: Path) -> str:
-    root = path.parent.absolute().resolve()
+def _key(text: str, filename: str, folder: Path, pickled: Mapping[ImportKey, Target]) -> str:
+    """Everything the loader reads besides the files it resolves (those are in the entry's `reads`)."""
+    root = folder.absolute().resolve()
     root = STDLIB if root.is_relative_to(STDLIB) else root
-    parts = (str(FORMAT), shapec_identity(), str(path), str(path.absolute().resolve()), str(root), text)
+    real = Path(filename).absolute().resolve() if Path(filename).name.endswith(".shape") else None
+    carried = sorted((key, str(t.shown), str(t.real), str(t.root), t.text) for key, t in pickled.items())
+    parts = (str(FORMAT), shapec_identity(), filename, str(folder), str(real), str(root), repr(carried), text)
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
 

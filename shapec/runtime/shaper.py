@@ -479,13 +479,12 @@ def _pickled_imports(imports: Mapping) -> tuple:
 def _rebuilt(source: str, filename: str, name: str, backend: str, state: dict, parallel: bool = False,
              imports: tuple = ()) -> CompiledShaper:
     """Unpickle a compiled shaper: check it again from the pickled text of its spec and of every spec
-    it imports, never from the files (the kernel cache makes this cheap)."""
+    it imports, never from the files (the spec and kernel stores make this cheap)."""
     from ..checker.imports import Target
-    from ..checker.loader import Loader
+    from ..compiler.spec_store import checked_source
 
     pickled = {key: Target(Path(shown), Path(real), Path(root), text) for key, shown, real, root, text in imports}
-    loader = Loader(pickled)
-    checked = loader.source(source, filename, Path(filename).parent)
-    shaper = compiled_shaper({**checked.shapers, **checked.pipelines}[name], backend, parallel, loader.imports)
+    checked = checked_source(source, filename, Path(filename).parent, pickled)
+    shaper = compiled_shaper({**checked.shapers, **checked.pipelines}[name], backend, parallel, checked.imports)
     shaper.load_state_dict(state)
     return shaper

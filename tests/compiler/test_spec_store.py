@@ -145,3 +145,14 @@ def test_the_stdlib_is_kept_like_any_spec(spec, checks):
     assert shapec.load("nemo_rl").names() == shapec.load("nemo_rl").names()
     assert checks.count("nemo_rl.shape") == 1
     assert spec_store.checked_file(shapec.api.STDLIB / "nemo_rl.shape").filename.endswith("nemo_rl.shape")
+
+
+def test_a_string_and_an_unpickled_shaper_are_read_back_too(spec, checks, monkeypatch):
+    monkeypatch.chdir(spec.parent)  # a string's imports resolve from the current folder
+    text = spec.read_text()
+    for _ in range(2):
+        assert shapec.compile_str(text, backend="interpreter").main([1.0], group_size=1).rewards.tolist() == [0.75]
+    data = pickle.dumps(shapec.compile_file(spec, backend="interpreter").main)
+    for _ in range(2):
+        assert pickle.loads(data)([1.0], group_size=1).rewards.tolist() == [0.75]
+    assert checks == ["<string>", "main.shape", "main.shape"]  # the string, the file, its pickle's text: once each
