@@ -85,6 +85,9 @@ def _shaper_section(module_name: str, ast_shaper, ir) -> list[str]:
         facts.append("skip reasons: " + ", ".join(f"`{r}`" for r in reasons))
     if ir.states:
         facts.append("state: " + ", ".join(f"`{n}` (starts at {v:g})" for n, v in ir.states))
+    if ir.prompt_states:
+        facts.append("state per prompt (`prompts=`): " + ", ".join(f"`{n}` (starts at {v:g})"
+                                                                    for n, v, _ in ir.prompt_states))
     if ir.metrics:
         facts.append("metrics: " + ", ".join(f"`{n}`" for n, _ in ir.metrics))
     lines += [f"- {f}" for f in facts]

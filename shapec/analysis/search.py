@@ -46,7 +46,8 @@ def evaluate(ir: ShaperIR, ensure: Ensure, case: Case) -> Found | None | bool:
         params = param_arrays(ir, case.params, 1)
     except (BatchError, ParamError, ValueError):
         return False
-    it = Interpreter(ir, batch, params, dict(ir.states))
+    entering = {name: np.full(batch.groups, init) for name, init, _ in ir.prompt_states}  # a prompt seen first
+    it = Interpreter(ir, batch, params, dict(ir.states), prompt_state=entering)
     if ensure.when is not None and float(np.ravel(it.eval(ensure.when))[0]) != 1:
         return False
     try:

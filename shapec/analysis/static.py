@@ -213,7 +213,7 @@ class Bounds:
             ns, name = n.attr
             if ns == "var" and name in self.defs:
                 return self.never_missing(self.defs[name], depth + 1)
-            return ns in ("param", "input", "builtin", "state") or (ns == "var" and name in self.terms)
+            return ns in ("param", "input", "builtin", "state", "prompt_state") or (ns == "var" and name in self.terms)
         safe = n.op in (Op.NEG, Op.NOT, Op.AND, Op.OR, Op.CMP, Op.COND, Op.FALLBACK) or (
             n.op is Op.BIN and n.attr in ("+", "-", "*")) or (n.op is Op.CALL and n.attr in NEVER_MISSING_CALLS)
         return safe and all(self.never_missing(x, depth + 1) for x in n.args)

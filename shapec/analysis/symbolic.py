@@ -150,6 +150,9 @@ class Encoder:
             return v, z3.BoolVal(False)
         if ns == "param":
             return self.param(name)
+        if ns == "prompt_state":  # one finite number per group, as the prompt entered the call
+            v, _ = self.var(("prompt_state", name))
+            return v, z3.BoolVal(False)
         return self.fresh(node) if ns != "meta" else self.var(("meta", name))
 
     def var(self, key):

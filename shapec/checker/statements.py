@@ -71,6 +71,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
         gate_reasons: dict[str, tuple[str, ...]] = {}
         terms, factors, states = [], [], []
         result = drop = None
+        prompt_updates = []  # (name, initial value, update) of each state kept per prompt
         order = []  # (kind, span) of terms/clamps/factors for E504
         pending = []  # ensure clauses, checked once every name of the body is defined
         for st in s.body:
@@ -177,7 +178,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     order.append(("clamp", st.span))
                     steps.append(Step("clamp", f"clamp{sum(1 for s_ in steps if s_.kind == 'clamp')}",
                                       node, on_n, when_n))
-                case A.State(name=name, type=typ, init=init, update=upd):
+                case A.State(name=name, type=typ, init=init, update=upd, per_prompt=per_prompt):
                     value = finite_const(init, self.error)
                     if typ not in ("float", "int"):
                         self.error("E305", f"state {name!r} must be float or int", st.span)
@@ -188,6 +189,11 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     elif value is None:
                         self.error("E308", f"state {name!r} needs a constant initial value", init.span)
                         value = 0.0
+                    if per_prompt:  # its update reads the whole body: checked once every name is defined
+                        ref = Node(Op.REF, (), Type(NUM, GROUP), ("prompt_state", name), st.span)
+                        if self.define(name, ref, "state", st.span):
+                            prompt_updates.append((name, value, upd))
+                        continue
                     ref = Node(Op.REF, (), Type(NUM, BATCH), ("state", name), st.span)
                     if self.define(name, ref, "state", st.span):
                         node = self.expr(upd)
@@ -223,6 +229,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     pending.append(st)
                 case _:
                     raise TypeError(f"checker: unknown statement {type(st).__name__}")
+        prompt_states = tuple((name, value, self.prompt_update(name, upd)) for name, value, upd in prompt_updates)
         from .ensure import check_ensure
 
         ensures = tuple(e for e in (check_ensure(self, st) for st in pending) if e is not None)
@@ -238,5 +245,13 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
             skips=tuple(config_skips + data_skips), requires=requires, produces=produces, result=result, drop=drop,
             metrics=tuple(metrics), gate_reasons=gate_reasons, terms=tuple(terms),
             factors=tuple(f for f, _, _ in factors), states=tuple(states), source=self.source,
-            filename=self.filename, ensures=ensures,
+            filename=self.filename, ensures=ensures, prompt_states=prompt_states,
         )
+
+    def prompt_update(self, name: str, upd: A.Expr) -> Node:
+        """A per-prompt state's update: one number per group (it may read every statement of the body)."""
+        node = self.expr(upd)
+        if node.ty is not POISON and (node.ty.level > GROUP or node.ty.items or node.ty.kind != NUM):
+            self.error("E303", f"state {name!r} keeps one number per prompt, so its update must be one number per "
+                       f"group; this is {in_words(node.ty)}", upd.span)
+        return node

@@ -179,13 +179,20 @@ class Shaped:
         return out
 
 
+def keeps_prompt_state(shaper: CompiledShaper) -> bool:
+    """Whether a stage has a `state ... per prompt` (its calls then name each group's prompt)."""
+    return any(ir.prompt_states for ir, _ in shaper.stages)
+
+
 def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Sequence[Hashable], *,
                    lengths: Sequence[float], unit: str = "tokens", columns: Mapping[str, Sequence] | None = None,
-                   params: Mapping[str, Any] | None = None, where: str = "shapec") -> Shaped:
+                   params: Mapping[str, Any] | None = None, where: str = "shapec",
+                   prompt_ids: Sequence | None = None) -> Shaped:
     """Shape whole groups: rollouts with equal keys form one group, wherever they sit in the batch.
 
     Metadata the spec declares comes from a column of the same name, which must hold one value per
-    group (every rollout of a group the same).
+    group (every rollout of a group the same). `prompt_ids`, one per rollout (the same within a
+    group), name the prompts a shaper with a state kept per prompt keeps it for.
     """
     rewards = finite("rewards", numeric("rewards", rewards))  # errors name rows in the trainer's order
     n = len(rewards)
@@ -200,8 +207,14 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
                               tuple(spec_inputs(shaper).items()), n)
     metadata = {name: group_values(columns[name], order, offsets, f"{where}: column {name!r}")
                 for name in spec_metas(shaper) if name in columns}
+    prompts = None
+    if keeps_prompt_state(shaper):
+        if prompt_ids is None:
+            raise ValueError(f"{where}: {shaper.name!r} keeps state per prompt; give each rollout's prompt id")
+        prompts = group_values(prompt_ids, order, offsets, f"{where}: the prompt id")
     result = shaper(rewards[order], offsets=offsets, channels={k: v[order] for k, v in channels.items()},
-                    metadata=metadata, params=params, breakdown=False)  # trainers read rewards and metrics
+                    metadata=metadata, params=params, breakdown=False,  # trainers read rewards and metrics
+                    prompts=prompts)
     out = np.empty(n, dtype=np.float64)
     out[order] = result.rewards
     return Shaped(out, result, order, offsets)

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..api import load
 from ..runtime.params import validate_params
-from ..runtime.shaper import StateError, default_backend, state_number
+from ..runtime.shaper import default_backend
+from ..runtime.states import StateError, state_number
 
 
 class ShortRL:

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._groups import require, resolve_shaper, shape_by_group
+from ._groups import keeps_prompt_state, require, resolve_shaper, shape_by_group
 
 WHERE = "shapec.compat.trl"
 LENGTHS = {"tokens": "tokens", "chars": "chars"}
@@ -28,13 +28,15 @@ LENGTHS = {"tokens": "tokens", "chars": "chars"}
 
 def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, params: Mapping | None = None,
                 num_generations: int, length: str = "tokens", name: str | None = None, delta: bool = False,
-                backend: str | None = None) -> Callable:
+                backend: str | None = None, prompt_id: str | None = None) -> Callable:
     """A reward function returning the shaped reward (or, with `delta=True`, shaped - base).
 
     `base` is a TRL reward function giving the binary correctness, or the name of a dataset column
     holding it. Lengths are `len(completion_ids[i])`, or characters of the completion text with
     `length="chars"`; other spec inputs come from dataset columns of the same name. Each shaper metric
-    is logged through TRL's `log_metric` as `shapec/<metric>`.
+    is logged through TRL's `log_metric` as `shapec/<metric>`. A spec with a state kept per prompt
+    keys it by the prompt's text, or by the dataset column `prompt_id` names (e.g. "prompt_idx"), as a
+    string (TRL saves a checkpoint as JSON).
     """
     compiled = resolve_shaper(spec, shaper, backend)
     if isinstance(num_generations, bool) or not isinstance(num_generations, numbers.Integral) or num_generations < 1:
@@ -66,9 +68,18 @@ def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, p
         names = set.intersection(*(set(row["columns"]) for row in everything)) if everything else set()
         columns = {key: [row["columns"][key] for row in everything] for key in sorted(names)}
         base_all = np.array([row["base"] for row in everything], dtype=np.float64)
+        ids = None
+        if prompt_id is not None:
+            if prompt_id not in columns:
+                close = difflib.get_close_matches(prompt_id, list(columns), n=1)
+                raise KeyError(f"{WHERE}: prompt_id column {prompt_id!r} is not in the dataset"
+                               + (f" (did you mean {close[0]!r}?)" if close else ""))
+            ids = [str(v) for v in columns[prompt_id]]  # TRL checkpoints the table as JSON, whose keys are strings
+        elif keeps_prompt_state(compiled):
+            ids = [row["prompt"] for row in everything]
         shaped = steps.run(kwargs.get("trainer_state"), lambda: shape_by_group(
             compiled, base_all, keys, lengths=[row["length"] for row in everything], unit=LENGTHS[length],
-            columns=columns, params=params, where=WHERE))
+            columns=columns, params=params, where=WHERE, prompt_ids=ids))
         log = kwargs.get("log_metric")
         if log is not None:
             for metric, value in shaped.metrics.items():

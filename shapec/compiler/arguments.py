@@ -16,7 +16,7 @@ class Arg:
     """One kernel argument: its name in the kernel, where it comes from, and its numba type."""
 
     name: str
-    source: str  # rewards env_rewards offsets components use_components nthreads input meta band list_offsets list_field params (key: the names packed) state
+    source: str  # rewards env_rewards offsets components use_components nthreads input meta band list_offsets list_field params (key: the names packed) state prompt_state
     key: object = None
     numba_type: str = "nt.float64[::1]"
 
@@ -35,6 +35,7 @@ class ArgumentPlan:
     param_rows: dict[str, int] = field(default_factory=dict)
     param_band_rows: dict[str, int] = field(default_factory=dict)
     state_names: dict[str, str] = field(default_factory=dict)
+    prompt_state_rows: dict[str, int] = field(default_factory=dict)  # per-prompt state -> its row
 
 
 def plan_arguments(ir: ShaperIR, namer: Namer, parallel: bool) -> ArgumentPlan:
@@ -87,6 +88,9 @@ def plan_arguments(ir: ShaperIR, namer: Namer, parallel: bool) -> ArgumentPlan:
         a.append(Arg("param_bands", "params", bands_p, "nt.float64[:, :, ::1]"))
     plan.state_names.update((name, new("st", name)) for name, _ in ir.states)
     a.append(Arg("state_in", "state"))
+    plan.prompt_state_rows.update((name, k) for k, (name, _, _) in enumerate(ir.prompt_states))
+    if ir.prompt_states:  # (S, G): each state's value as each group's prompt entered the call
+        a.append(Arg("prompt_state_in", "prompt_state", numba_type="nt.float64[:, ::1]"))
     a.append(Arg("keep", "breakdown", numba_type="nt.boolean"))  # store terms and factors
     # outputs, allocated by numpy (whose large arrays get transparent huge pages) and filled here
     a += [Arg("out", "out"), Arg("terms", "out_terms", numba_type="nt.float64[:, ::1]"),
@@ -95,6 +99,8 @@ def plan_arguments(ir: ShaperIR, namer: Namer, parallel: bool) -> ArgumentPlan:
           Arg("gates", "out_gates", numba_type="nt.int64[:, ::1]"), Arg("metrics", "out_metrics")]
     if ir.drop is not None:
         a.append(Arg("kept", "out_kept", numba_type="nt.boolean[::1]"))
+    if ir.prompt_states:  # (S, G): the values entering, where the kernel writes each shaped group's update
+        a.append(Arg("prompt_state_out", "out_prompt_state", numba_type="nt.float64[:, ::1]"))
     return plan
 
 

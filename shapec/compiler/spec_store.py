@@ -67,7 +67,9 @@ def checked_source(text: str, filename: str, folder: Path,
     checked = loader.source(text, filename, Path(folder))
     spec = CheckedSpec(checked.filename, checked.doc, checked.shapers, checked.pipelines, dict(loader.imports),
                        tuple(loader.reads))
-    with contextlib.suppress(OSError):  # a store that cannot be written costs the next process a check, no more
+    # a store that cannot be written, or IR nested too deep for pickle's recursion (a chain of hundreds
+    # of operators), costs the next process a check, no more
+    with contextlib.suppress(OSError, RecursionError):
         files.write_atomic(entry, pickle.dumps(spec, protocol=pickle.HIGHEST_PROTOCOL))
     return spec
 

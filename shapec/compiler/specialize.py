@@ -116,7 +116,9 @@ class _Folder:
         steps = tuple(self.step(s) for s in ir.steps)
         result, drop = self.fold(ir.result), self.fold(ir.drop)
         metrics = tuple((name, self.fold(node)) for name, node in ir.metrics)
-        return replace(ir, channels=channels, skips=skips, steps=steps, result=result, drop=drop, metrics=metrics)
+        prompt_states = tuple((name, init, self.fold(update)) for name, init, update in ir.prompt_states)
+        return replace(ir, channels=channels, skips=skips, steps=steps, result=result, drop=drop, metrics=metrics,
+                       prompt_states=prompt_states)
 
     def step(self, s: Step) -> Step:
         expr, on, when = self.fold(s.expr), self.fold(s.on), self.fold(s.when)

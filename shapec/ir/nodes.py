@@ -185,6 +185,10 @@ class ShaperIR:
     filename: str = ""
     ensures: tuple[Ensure, ...] = ()
     drop: Node | None = None  # `drop when`: a rollout bool, the rollouts that leave the batch where 1
+    # `state x: float per prompt = init update expr`: (name, init, update), one value per prompt (the call's
+    # `prompts=` key of each group), read as ("prompt_state", name) at the value the prompt entered the call
+    # with; each update is a group value computed after the body, kept where the group is shaped and finite
+    prompt_states: tuple[tuple[str, float, Node], ...] = ()
     # index = skip code: "" (shaped), each skip, "non_binary" when binary is required, "validation";
     # derived once here because every call of both backends reads it
     skip_reasons: tuple[str, ...] = field(init=False, compare=False)
@@ -219,6 +223,7 @@ def roots(ir: ShaperIR):
     for step in (*ir.batch_steps, *ir.steps, *ir.skips):
         yield from (n for n in (step.expr, step.on, step.when, *(when for _, _, when in step.rules)) if n is not None)
     yield from (n for n in (ir.result, ir.drop) if n is not None)
+    yield from (update for _, _, update in ir.prompt_states)
     yield from (node for _, node in ir.metrics)
 
 
@@ -262,5 +267,6 @@ def steps_nodes(ir: ShaperIR):
             if w is not None:
                 yield w
     yield from (n for n in (ir.result, ir.drop) if n is not None)
+    yield from (update for _, _, update in ir.prompt_states)
     for _, node in ir.metrics:
         yield node

@@ -83,6 +83,10 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
                 own[i] = str(err)
                 reasons.setdefault(g, f"in a group with a bad row: {err}")
 
+    # a run sees each prompt once (grouping.py refuses a key that comes back), so every group enters a
+    # per-prompt state at its initial value: its first row's number names it
+    per_prompt = any(ir.prompt_states for ir in stage_irs(shaper))
+
     def run(groups: np.ndarray, validate_only: bool = False):
         """Shape these groups (ascending); validate_only checks them without shaping or state."""
         whole = len(groups) == G
@@ -97,6 +101,7 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
             params=plan.params(None if ex.agents is None else [ex.agents[g] for g in groups]),
             reward_components=None if ex.components is None else pick(ex.components),
             training=training and not validate_only, breakdown=breakdown,
+            prompts=(chunk.base + off[groups]).tolist() if per_prompt else None,
         )
         return rows, result
 

@@ -81,7 +81,8 @@ def _stage_lines(ir: ShaperIR, bound: dict[str, Any] | None = None) -> list[str]
     lines += _section("Terms and factors (Result.terms, Result.factors)",
                       [f"term {t}" for t in ir.terms] + [f"factor {f}" for f in ir.factors])
     lines += _section("Metrics (Result.metrics)", [name for name, _ in ir.metrics])
-    lines += _section("State (state_dict())", [f"{n} (starts at {_num(v)})" for n, v in ir.states])
+    lines += _section("State (state_dict())", [f"{n} (starts at {_num(v)})" for n, v in ir.states]
+                      + [f"{n}, per prompt (starts at {_num(v)}; calls pass prompts=)" for n, v, _ in ir.prompt_states])
     return lines
 
 

@@ -30,6 +30,7 @@ class StageOutput:
     metrics: dict[str, float]
     state: dict[str, float] = field(default_factory=dict)
     kept: np.ndarray | None = None  # (n,) bool, False where `drop when` holds; None: the shaper drops nothing
+    prompt_state: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (G,) each group's prompt's next value
 
 
 _ELEMENTWISE_POW = np.frompyfunc(c_pow, 2, 1)
@@ -42,14 +43,16 @@ def power(a, b) -> np.ndarray:
 
 class Interpreter:
     def __init__(self, ir: ShaperIR, batch: Batch, params: dict[str, np.ndarray], state: dict[str, float],
-                 call_params: dict[str, float] | None = None):
+                 call_params: dict[str, float] | None = None, prompt_state: dict[str, np.ndarray] | None = None):
         """`params`: each param's column of G values; `call_params`: the call's one value of each
-        param (params.Resolved.uniform), which a state update reads even on a call of no groups."""
+        param (params.Resolved.uniform), which a state update reads even on a call of no groups;
+        `prompt_state`: each per-prompt state's (G,) values, as each group's prompt entered the call."""
         self.ir = ir
         self.b = batch
         self.P = params
         self.call_params = call_params or {}
         self.state = dict(state)
+        self.prompt_state = prompt_state or {}
         self.G = batch.groups
         self.gidx = batch.group_index()
         self.local = np.arange(batch.n) - batch.offsets[:-1][self.gidx]
@@ -106,6 +109,8 @@ class Interpreter:
                 return self.env[name]
             if ns == "state":
                 return self.state[name]
+            if ns == "prompt_state":
+                return self.prompt_state[name]
             if ns == "meta":
                 return self.b.metas[name]
             if ns == "item":
@@ -304,7 +309,8 @@ class Interpreter:
         if not training:
             skip_codes[:] = ir.skip_reasons.index("validation")
             return StageOutput(b.rewards.copy(), {t: np.zeros(n) for t in ir.terms},
-                               {f: np.ones(n) for f in ir.factors}, skip_codes, gate_codes, {}, dict(self.state))
+                               {f: np.ones(n) for f in ir.factors}, skip_codes, gate_codes, {}, dict(self.state),
+                               prompt_state=dict(self.prompt_state))
         for name, node in ir.channels:
             self.env[name] = self.eval(node)
         for step in ir.batch_steps:
@@ -336,7 +342,19 @@ class Interpreter:
         self.env.update(factors)
         metrics = {name: float(self.eval(node)) for name, node in ir.metrics}
         kept = None if ir.drop is None else ~(live & (self.at(ir.drop, Type("num", ROLLOUT)) == 1))  # missing: kept
-        return StageOutput(rewards, terms, factors, skip_codes, gate_codes, metrics, dict(self.state), kept)
+        return StageOutput(rewards, terms, factors, skip_codes, gate_codes, metrics, dict(self.state), kept,
+                           self.prompt_updates(skip_codes == 0))
+
+    def prompt_updates(self, shaped: np.ndarray) -> dict[str, np.ndarray]:
+        """Each per-prompt state's next value per group: its update where the group was shaped and the
+        update is a finite number, else the value the prompt entered with (all updates read those)."""
+        out = {}
+        for name, _, update in self.ir.prompt_states:
+            with np.errstate(all="ignore"):
+                new = np.asarray(self.at(update, Type("num", GROUP)), dtype=np.float64)
+            old = self.prompt_state[name]
+            out[name] = np.where(shaped & np.isfinite(new), new, old)
+        return out
 
     def decide_skips(self, codes: np.ndarray) -> None:
         ir, b = self.ir, self.b

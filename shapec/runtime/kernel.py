@@ -54,6 +54,7 @@ class Kernel:
         states = self.state_names = tuple(s for s, _ in ir.states)
         self.metric_names = tuple(m for m, _ in ir.metrics)
         self.param_slots = [(i, a.key) for i, a in enumerate(self.inputs) if a.source == "params"]
+        self.prompt_state_names = tuple(name for name, _, _ in ir.prompt_states)
         self.arguments = arguments_function(self.inputs, states)
         self.matrix_slot = next((k for k, (i, _) in enumerate(self.param_slots)
                                  if self.inputs[i].numba_type == "nt.float64[:, ::1]"), None)
@@ -109,16 +110,19 @@ class Kernel:
         return None
 
     def run(self, fn, batch, packed: list[np.ndarray], state: dict[str, float], training: bool,
-            breakdown: bool = True) -> StageOutput:
-        """Run kernel `fn` (for_params' choice for `packed`) on a validated batch."""
+            breakdown: bool = True, entering: dict[str, np.ndarray] | None = None) -> StageOutput:
+        """Run kernel `fn` (for_params' choice for `packed`) on a validated batch; `entering`: each
+        per-prompt state's (G,) values as the call's prompts enter it."""
         ir = self.ir
         n, G = batch.n, batch.groups
         if not training:
             skip = np.full(G, ir.skip_reasons.index("validation"), dtype=np.int64)
             return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms} if breakdown else {},
                                {f: np.ones(n) for f in ir.factors} if breakdown else {}, skip,
-                               {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state))
-        values = self.arguments(batch, packed, state)
+                               {g: np.full(G, -1, dtype=np.int64) for g in ir.gate_reasons}, {}, dict(state),
+                               prompt_state=dict(entering or {}))
+        prompt_in = np.stack([entering[name] for name in self.prompt_state_names]) if ir.prompt_states else EMPTY2D
+        values = self.arguments(batch, packed, state, prompt_in)
         T, F, NG, M = self.sizes
         keep = breakdown or self.breakdown_always
         terms, factors = (np.empty((T, n)), np.empty((F, n))) if keep else self._no_breakdown
@@ -126,8 +130,9 @@ class Kernel:
         skip, gates = np.empty(G, dtype=np.int64), np.empty((NG, G), dtype=np.int64)
         metrics = np.empty(M)
         kept = (np.empty(n, dtype=bool),) if ir.drop is not None else ()
+        prompt_out = (prompt_in.copy(),) if ir.prompt_states else ()  # a group the kernel does not update keeps its value
         with self.lock:
-            state_out, bad_i, bad_g = fn(*values, keep, out, terms, factors, skip, gates, metrics, *kept)
+            state_out, bad_i, bad_g = fn(*values, keep, out, terms, factors, skip, gates, metrics, *kept, *prompt_out)
         if bad_i >= 0:
             raise FloatingPointError(
                 f"shaper {ir.name!r} produced a non-finite reward for rollout {bad_i} (group {bad_g}); "
@@ -136,17 +141,18 @@ class Kernel:
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
-            dict(zip(self.state_names, state_out.tolist())), *kept)
+            dict(zip(self.state_names, state_out.tolist())), kept[0] if kept else None,
+            dict(zip(self.prompt_state_names, prompt_out[0])) if prompt_out else {})
 
 
 def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):
-    """The kernel's input arguments as one generated function (pycode.py), (batch, packed, state) ->
-    tuple in order: the batch's arrays (batch.py makes them contiguous and of their dtype), the packed
-    params, the state as an array. A call on one group costs mostly such Python, so it is straight-line."""
+    """The kernel's input arguments as one generated function (pycode.py), (batch, packed, state,
+    prompt_state) -> tuple in order: the batch's arrays (batch.py makes them contiguous and of their
+    dtype), the packed params, the state as an array, the per-prompt states as an (S, G) array. A call on one group costs mostly such Python, so it is straight-line."""
     slots = itertools.count()  # the packed params, in the order of their arguments
     values = [_argument(a, next(slots) if a.source == "params" else None, states) for a in inputs]
     body = [ast.Return(ast.Tuple(values, ast.Load()))]
-    return py.function("arguments", ("batch", "packed", "state"),
+    return py.function("arguments", ("batch", "packed", "state", "prompt_state"),
                        body, {"EMPTY": EMPTY, "nthreads": _nthreads, "state_array": _state_array, "states": states})
 
 
@@ -168,6 +174,7 @@ def _argument(a: Arg, slot: int | None, states: tuple[str, ...]) -> ast.expr:
         "list_field": lambda: py.item(py.item(py.item(batch("lists"), a.key[0]), 1), a.key[1]),
         "params": lambda: py.item(py.name("packed"), slot),
         "state": lambda: py.call("state_array", py.name("state"), py.name("states")) if states else py.name("EMPTY"),
+        "prompt_state": lambda: py.name("prompt_state"),
     }[a.source]()
 
 
@@ -180,6 +187,7 @@ def _state_array(state: dict[str, float], names: tuple[str, ...]) -> np.ndarray:
 
 
 EMPTY = np.zeros(0)  # the components of a call without them, the state of a stateless kernel (never written)
+EMPTY2D = np.zeros((0, 0))  # the per-prompt states of a kernel without them (not an argument of it)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,8 @@ from .binder import binder
 from .batch_reach import first_meta_read, where
 from .interp import Interpreter, StageOutput
 from .params import ParamError, Resolved, mapping_of_params, params_key, params_model, resolve
-from .validate import BatchError, as_array, is_finite_number, numeric, show
+from .states import States, prompt_keys
+from .validate import BatchError, numeric
 
 log = logging.getLogger("shapec")
 BACKENDS = ("numba", "interpreter")
@@ -31,22 +32,6 @@ class AbsentMetadata(BatchError):
     (`.read` says where, for callers that word the fix their own way)."""
 
     name = read = ""
-
-
-class StateError(ValueError):
-    """A state checkpoint that does not fit the shaper: names the stage and state key."""
-
-
-def state_number(key: str, value: Any) -> float:
-    """A state value from a checkpoint: a finite real number (bool excluded), also as a 0-d numpy
-    array or torch tensor (a checkpoint saved through torch holds its numbers so)."""
-    if not isinstance(value, float):
-        array = as_array(f"state {key}", value)
-        if isinstance(array, np.ndarray) and array.ndim == 0:
-            value = array.item()
-    if not is_finite_number(value):
-        raise StateError(f"state {key}: expected a finite number, got {show(value)}")
-    return float(value)
 
 
 def default_parallel() -> bool:
@@ -208,9 +193,9 @@ class CompiledShaper:
         self.stages: list[tuple[ShaperIR, dict[str, Any]]] = (
             list(ir.stages) if isinstance(ir, PipelineIR) else [(ir, {})]
         )
-        self._state = {s.name: {n: v for n, v in s.states} for s, _ in self.stages}
+        self._states = States([s for s, _ in self.stages])
         # stateless shapers stay lock-free: only a read-compute-write of state needs one
-        self._lock = threading.Lock() if any(s.states for s, _ in self.stages) else nullcontext()
+        self._lock = threading.Lock() if self._states.stateful() else nullcontext()
         # the inputs and metadata every call validates, planned once: a training loop calls this every step
         self._binder = binder(tuple({n: t for s, _ in self.stages for n, t in s.inputs}.items()),
                               tuple({m.name: m for s, _ in self.stages for m in s.metas}.values()))
@@ -250,37 +235,17 @@ class CompiledShaper:
     def stage_params_models(self) -> dict[str, Any]:
         return {s.name: params_model(s) for s, _ in self.stages}
 
-    def state_dict(self) -> dict[str, dict[str, float]]:
-        return {k: dict(v) for k, v in self._state.items() if v}
-
-    def load_state_dict(self, state: Mapping[str, Mapping[str, float]]) -> None:
-        """Load what `state_dict()` returned: every stateful stage, every state, a finite number each.
-
-        Nothing is changed unless all of it is valid; the error names the stage and state key.
-        """
-        if not isinstance(state, Mapping):
-            raise StateError(f"state of {self.name!r}: expected a mapping of stage -> {{state: value}}, "
-                             f"got {type(state).__name__}")
-        expected = {stage: names for stage, names in self._state.items() if names}
-        loaded: dict[str, dict[str, float]] = {}
-        for stage, values in state.items():
-            if stage not in expected:
-                raise StateError(f"state of {self.name!r}: no stateful stage {stage!r}; "
-                                 f"stateful stages: {sorted(expected) or 'none'}")
-            if not isinstance(values, Mapping):
-                raise StateError(f"state {stage!r}: expected a mapping of state -> value, got {type(values).__name__}")
-            for key in values:
-                if key not in expected[stage]:
-                    raise StateError(f"state {stage}.{key}: no such state; {stage!r} has {sorted(expected[stage])}")
-            loaded[stage] = {key: state_number(f"{stage}.{key}", values[key]) for key in values}
-        for stage, names in expected.items():
-            missing = [key for key in names if key not in loaded.get(stage, {})]
-            if missing:
-                raise StateError(f"state {stage}.{missing[0]}: missing; a checkpoint must carry every state "
-                                 f"(as state_dict() returns it)")
+    def state_dict(self) -> dict[str, dict]:
+        """Every state of every stateful stage: `{stage: {x: number, y: {prompt: number}}}` (runtime/states.py)."""
         with self._lock:
-            for stage, values in loaded.items():
-                self._state[stage].update(values)
+            return self._states.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Mapping[str, Any]]) -> None:
+        """Load what `state_dict()` returned: every stateful stage, every state, a finite number each
+        (a table of them per prompt for a state kept per prompt). Nothing is changed unless all of it
+        is valid; the error names the stage and state key."""
+        with self._lock:
+            self._states.load(self.name, state)
 
     def _stage_params(self, params: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         params = mapping_of_params(params, f"params of {self.name!r}")
@@ -343,6 +308,7 @@ class CompiledShaper:
         training: bool = True,
         allow_short_last_group: bool = False,
         breakdown: bool = True,
+        prompts: Any = None,
     ) -> Result:
         """Shape one batch. Bad data fails the whole call with a BatchError (nothing is shaped).
 
@@ -354,10 +320,12 @@ class CompiledShaper:
         makes the last group hold the remainder. `env_rewards` is what `env_reward` reads (default:
         `rewards`), for a call whose rewards were already shaped elsewhere, such as an advantage
         stage run on its own. `breakdown=False` leaves every stage's `terms` and `factors` empty:
-        the kernel then never stores them, which a trainer that only reads the rewards saves."""
+        the kernel then never stores them, which a trainer that only reads the rewards saves.
+        `prompts` names each group's prompt (a string or an integer per group, each prompt once),
+        which a shaper with a `state ... per prompt` needs: its state is kept per prompt."""
         batch = self._batch(rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
                             allow_short_last_group)
-        return self._shape(batch, self._bind(params), training, breakdown)
+        return self._shape(batch, self._bind(params), training, breakdown, prompts)
 
     def _batch(self, rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
                allow_short_last_group) -> Batch:
@@ -372,18 +340,23 @@ class CompiledShaper:
                 raise BatchError(f"env_rewards: not finite at index {bad}")
         return batch
 
-    def _shape(self, batch: Batch, bound: Bound, training: bool, breakdown: bool) -> Result:
+    def _shape(self, batch: Batch, bound: Bound, training: bool, breakdown: bool, prompts: Any) -> Result:
         if batch.absent and batch.groups:
             self._refuse_absent(batch, bound)
+        keys = prompt_keys(prompts, batch.groups) if prompts is not None else None
+        if keys is None and self._states.per_prompt:
+            raise BatchError(f"prompts: {self.name!r} keeps {', '.join(self._states.per_prompt)} per prompt; pass "
+                             f"prompts=, one key per group (the id of the group's prompt)")
         with self._lock:
             current = batch.rewards
             result = Result(current, batch.offsets)
             for i, (ir, _) in enumerate(self.stages):
                 stage_batch = batch if i == 0 else Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands,
                                                          batch.lists, batch.components, batch.env_rewards)
-                out = self._run(i, ir, stage_batch, bound, training, breakdown)
+                entering = self._states.entering(ir.name, keys)
+                out = self._run(i, ir, stage_batch, bound, training, breakdown, entering)
                 if training:
-                    self._state[ir.name] = dict(out.state)
+                    self._states.keep(ir.name, out.state, out.prompt_state, keys)
                 result.stages.append(self._stage_result(ir, current, out))
                 current = out.rewards
             result.rewards = current
@@ -411,15 +384,16 @@ class CompiledShaper:
                     raise err
         bound.absent_ok.add(key)
 
-    def _run(self, i: int, ir: ShaperIR, batch: Batch, bound: Bound, training, breakdown: bool) -> StageOutput:
-        state = self._state[ir.name]
+    def _run(self, i: int, ir: ShaperIR, batch: Batch, bound: Bound, training, breakdown: bool,
+             entering: dict[str, np.ndarray]) -> StageOutput:
+        state = self._states.batch[ir.name]
         bound.resolved[i].check_groups(batch.groups)
         if self._kernels is not None:
             kernel = self._kernels[i]
             fn, packed = bound.kernel_args(i, kernel, batch.groups) if training else (None, [])
-            return kernel.run(fn, batch, packed, state, training, breakdown)
+            return kernel.run(fn, batch, packed, state, training, breakdown, entering)
         resolved = bound.resolved[i]
-        out = Interpreter(ir, batch, resolved.columns(batch.groups), state, resolved.uniform).run(training)
+        out = Interpreter(ir, batch, resolved.columns(batch.groups), state, resolved.uniform, entering).run(training)
         if not breakdown:
             out.terms, out.factors = {}, {}
         return out
@@ -453,11 +427,11 @@ class BoundShaper:
     def __call__(self, rewards: Any, *, group_size: int | None = None, offsets: Any = None,
                  channels: Mapping[str, Any] | None = None, metadata: Mapping[str, Any] | None = None,
                  reward_components: Any = None, env_rewards: Any = None, training: bool = True,
-                 allow_short_last_group: bool = False, breakdown: bool = True) -> Result:
+                 allow_short_last_group: bool = False, breakdown: bool = True, prompts: Any = None) -> Result:
         shaper = self.shaper
         batch = shaper._batch(rewards, group_size, offsets, channels, metadata, reward_components, env_rewards,
                               allow_short_last_group)
-        return shaper._shape(batch, self._bound, training, breakdown)
+        return shaper._shape(batch, self._bound, training, breakdown, prompts)
 
     def __getattr__(self, name: str):
         return getattr(self.shaper, name)

@@ -222,6 +222,7 @@ class State:
     init: Expr
     update: Expr
     span: Span = _SPAN
+    per_prompt: bool = False  # `state x: float per prompt = ...`: one value per prompt, updated after the body
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,8 +244,11 @@ class _Builder(Transformer_NonRecursive):
         return A.Clamp(children[0], on, when, self._span(meta))
 
     def state(self, meta, children):
-        name, typ, init, update = children
-        return A.State(str(name), str(typ), init, update, self._span(meta))
+        name, typ, per_prompt, init, update = children
+        return A.State(str(name), str(typ), init, update, self._span(meta), per_prompt is not None)
+
+    def per_prompt(self, meta, children):
+        return True
 
     def metric(self, meta, children):
         name = children[0]

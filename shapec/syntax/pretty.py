@@ -285,8 +285,9 @@ def stmt(s: A.Stmt, notes: _Comments | None = None) -> list[str]:
             return _applied(f"factor {name} = ", e, on, when, _BODY_WIDTH)
         case A.Clamp(lo=lo, on=on, when=when):
             return _applied("clamp >= ", lo, on, when, _BODY_WIDTH)
-        case A.State(name=name, type=typ, init=init, update=update):
-            return [f"state {name}: {typ} = {expr(init)} update {expr(update)}"]
+        case A.State(name=name, type=typ, init=init, update=update, per_prompt=per_prompt):
+            return _wrap(f"state {name}: {typ}{' per prompt' if per_prompt else ''} = {expr(init)} update ", update,
+                         _BODY_WIDTH)
         case A.Metric(name=name, expr=e):
             shown = name if _bare_name(name) else string_literal(name)
             return _wrap(f"metric {shown} = ", e, _BODY_WIDTH)

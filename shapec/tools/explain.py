@@ -211,7 +211,7 @@ def explain(shaper, plan, layout, data: Path, grouping: Grouping, wanted: list[s
     labels: list[str] = []
     try:
         for chunk in iter_chunks(blocks, grouping, chunk_rows):
-            state = {k: dict(v) for k, v in shaper._state.items()}  # what this chunk's call starts from
+            state = shaper.state_dict()  # what this chunk's call starts from
             outcome = shape_chunk(shaper, plan, layout, chunk, "skip")
             keys = chunk.block.keys(grouping.key) if grouping.key else None
             traced = None

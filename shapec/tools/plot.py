@@ -220,6 +220,10 @@ def state_notes(entering: dict, left: dict | None) -> list[str]:
     out = []
     for stage, values in entering.items():
         for name, value in values.items():
+            if isinstance(value, dict):
+                out.append(f"state {stage}.{name} is kept per prompt: each point of the curves is a prompt seen "
+                           "for the first time, at the state's initial value")
+                continue
             after = "" if left is None else f", not the {left[stage][name]:g} the --data pass left"
             out.append(f"state {stage}.{name} = {value:g} entering the curves' call (its initial value{after}); "
                        "the call updates it before shaping, as every call does")

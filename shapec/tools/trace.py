@@ -135,7 +135,9 @@ def gate_operands(ir: ShaperIR, gate: str, reason: str) -> list[str]:
 
 
 def trace(shaper, rewards, offsets, channels, metadata, params, components, state) -> list[list[Value]]:
-    """Per stage, the group-level values of a call (the same arguments the shaper was called with)."""
+    """Per stage, the group-level values of a call (the same arguments the shaper was called with;
+    `state` as state_dict() gives it). A state kept per prompt is at its initial value: `shapec run`,
+    explain and plot see each prompt once."""
     inputs = tuple({n: t for ir, _ in shaper.stages for n, t in ir.inputs}.items())
     metas = tuple({m.name: m for ir, _ in shaper.stages for m in ir.metas}.values())
     batch = make_batch(None, rewards, offsets=offsets, channels=channels, metadata=metadata,
@@ -145,7 +147,9 @@ def trace(shaper, rewards, offsets, channels, metadata, params, components, stat
     for (ir, _), values in zip(shaper.stages, shaper._stage_params(params)):
         stage_batch = Batch(current, batch.offsets, batch.inputs, batch.metas, batch.bands, batch.lists,
                             batch.components, batch.rewards)
-        interp = Interpreter(ir, stage_batch, param_arrays(ir, values, batch.groups), state.get(ir.name, {}))
+        batch_state = {name: state[ir.name][name] for name, _ in ir.states}
+        entering = {name: np.full(batch.groups, init) for name, init, _ in ir.prompt_states}
+        interp = Interpreter(ir, stage_batch, param_arrays(ir, values, batch.groups), batch_state, prompt_state=entering)
         stage_out = interp.run(True)
         out.append([Value(label, node.ty, _group_array(interp, node)) for label, node in decision_nodes(ir)])
         current = stage_out.rewards

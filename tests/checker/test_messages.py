@@ -145,6 +145,31 @@ def test_a_state_update_of_the_wrong_level_says_so_in_words(update, words):
     at(d, text, update)
 
 
+@pytest.mark.parametrize("update, words", [
+    ("float(length)", "this is one number per rollout"),
+    ("count(right) > 0", "this is one boolean per group"),
+])
+def test_a_per_prompt_update_must_be_one_number_per_group(update, words):
+    text = HEADER + f"  state best: float per prompt = 0 update {update}\n  term t = 0 * best\n}}\n"
+    d = only(text)
+    assert d.code == "E303"
+    assert d.message == f"state 'best' keeps one number per prompt, so its update must be one number per group; {words}"
+    at(d, text, update)
+
+
+def test_a_per_prompt_update_reads_any_statement_of_the_body_and_every_state_as_it_entered():
+    text = (HEADER + "  state best: float per prompt = 1e9 update min(best, shortest)\n"
+            "  state calls: int per prompt = 0 update calls + best * 0\n"
+            "  let shortest = float(min(length where right))\n  term t = 0.1 * calls when best < shortest\n}\n")
+    assert check_source(text, "spec.shape") == []
+
+
+def test_a_batch_state_cannot_read_a_per_prompt_state():
+    text = HEADER + "  state h: float per prompt = 0 update h + 1\n  state b: float = 0 update b + h\n  term t = 0 * b\n}\n"
+    d = only(text)
+    assert d.code == "E303" and d.message.startswith("state 'b' keeps one number from batch to batch")
+
+
 def test_range_errors_name_the_param_and_the_value():
     mod = compile_str(HEADER.replace("limit: int = 10", "limit: int > 0 = 10") + "  term t = 0 * limit\n}\n",
                       backend="interpreter")

@@ -147,6 +147,9 @@ class SpecWriter:
                      "state best: float = 0 update present(acc) ? max(best, acc) : best",
                      "gate stable = acc >= best - q"]
             self.gates_g.append("stable")
+        if self.coin(0.3):  # its update, a group value (missing or not finite: kept), is drawn before it is read
+            body.append(f"state seen: float per prompt = {self.lit()} update {self.group(d - 1)} + seen")
+            self.lets_g.append("seen")
         for k in range(self.pick([1, 2, 3])):
             if self.coin():
                 body.append(f"let lg{k} = {self.group(d)}")
@@ -183,7 +186,11 @@ class SpecWriter:
                                       f"max(1, ft / max(1, {self.group(1)})) ** (-c2)", f"sigmoid({self.rollout(1)})"])
                     body.append(f"factor f{k} = {expr}{self.pick(['', ' on right', ' when ' + self.group_bool(1)])}")
         if self.coin(0.3):
-            body.append(f"drop when {self.rollout_bool(d - 1, strict=False)}")
+            if self.coin():  # a let only the drop condition reads
+                body.append(f"let leaving = {self.rollout_bool(d - 1, strict=False)}")
+                body.append("drop when leaving")
+            else:
+                body.append(f"drop when {self.rollout_bool(d - 1, strict=False)}")
         body += [
             "metric delta = batch.mean(shaped - reward)",
             f"metric grouped = batch.mean({self.group(1)} where {self.rollout_bool(1)})",
@@ -246,7 +253,8 @@ shaper generated_all(c1: float = 1, c2: float >= 0 = 0.5, q: float in [0, 1] = 0
   term longest = -c1 on argmax(ft where right) when stable and history
   term relative = clip(centered(1 - minmax(ft where right) where right) * c2, -1, 1) on right
   term kept = c1 * (rank(-ft where right) ?? position) / group_size when rank(ft) < 2
-  drop when rank(ft where right) >= 2 or lim > 3
+  let leaving = rank(ft where right) >= 2 or lim > 3
+  drop when leaving
   term outlier = -0.5 on right when present(z) and 0.6745 * z > spread and not missing(upper)
   term gap = clip(-abs(score - float(sum(x where flag)) / group_size) ** 0.5, -2, 0) when shortest + longest >= 0
   clamp >= 0
@@ -260,5 +268,29 @@ shaper generated_all(c1: float = 1, c2: float >= 0 = 0.5, q: float in [0, 1] = 0
   metric non_binary = batch.mean(skipped("non_binary"))
   metric lowest = batch.min(ft where right)
   metric any_flag = batch.any(flag)
+}
+"""
+
+# States kept per prompt, read before the statements their updates read (calls pass prompts=).
+PER_PROMPT = """
+shaper generated_prompts(c1: float = 1, q: float in [0, 1] = 0.25) requires binary produces real {
+  input x: tokens
+  input flag: bool
+  meta lim: float
+  channel fx = float(x)
+  gate right = reward > 0
+  state shortest: float per prompt = 1e9 update count(right) > 0 ? min(shortest, min(fx where right)) : shortest
+  state rounds: int per prompt = 0 update rounds + 1
+  state level: float per prompt = 0.5 update spread ?? level
+  state budget: float = 100 update budget * 0.9
+  let spread = std(fx where right) / mean(fx where right)
+  gate known = shortest < 1e9
+  term shorter = clip(c1 * (1 - fx / shortest), -1, 1) on right when known
+  term steady = -0.1 * rounds * level on flag when lim ?? 0 >= 0
+  term budgeted = -0.01 * min(fx / budget, 1) on right
+  clamp >= 0
+  let leaving = rank(fx where right) >= 3
+  drop when leaving
+  metric known_frac = batch.mean(known)
 }
 """

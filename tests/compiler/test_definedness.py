@@ -27,7 +27,7 @@ from shapec.compiler.lowering import conditions
 from shapec.ir.nodes import Op
 
 from .spec_writer import EVERY_CONSTRUCT, fixed_specs
-from .test_differential import random_call, sizes_st
+from .test_differential import random_call, random_state, sizes_st
 
 NEMO_RL = (shapec.load("nemo_rl", backend="interpreter").length_penalty.ir.filename, "length_penalty")
 # bool metadata (a scalar, a record field, a list field) inside and/or/not, where the rewrite must
@@ -119,7 +119,7 @@ def test_optimised_and_three_valued_kernels_agree(key, sizes, seed, per_group):
     odd_bools(optimised.ir, kwargs["metadata"], random.Random(seed))
     results = []
     for shaper in (optimised, three_valued):
-        state = {s: {k: random.Random(seed).random() for k in v} for s, v in shaper.state_dict().items()}
+        state = random_state(shaper, seed, [random.Random(seed).random(), 0.0, 2.5])
         if state:
             shaper.load_state_dict(state)
         try:
@@ -215,7 +215,9 @@ def test_values_the_analysis_calls_defined_are_never_missing(key, sizes, seed, p
     batch = make_batch(ir, rewards, offsets=kwargs["offsets"], channels=kwargs["channels"],
                        metadata=kwargs["metadata"])
     interp = Interpreter(ir, batch, param_arrays(ir, kwargs["params"], batch.groups),
-                         {name: rng.random() for name, _ in ir.states})
+                         {name: rng.random() for name, _ in ir.states},
+                         prompt_state={name: np.array([rng.random() for _ in range(batch.groups)])
+                                       for name, _, _ in ir.prompt_states})
     with np.errstate(all="ignore"):
         try:
             interp.run()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import shapec
 from shapec.ir.nodes import PipelineIR
 
-from .spec_writer import EVERY_CONSTRUCT, SpecWriter, fixed_specs, shaper_sources
+from .spec_writer import EVERY_CONSTRUCT, PER_PROMPT, SpecWriter, fixed_specs, shaper_sources
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC_FILES = sorted(ROOT.glob("shapec/stdlib/*.shape")) + sorted(ROOT.glob("examples/**/*.shape"))
@@ -112,8 +112,9 @@ def random_call(shaper, seed: int, sizes: list[int], per_group: bool):
                 channels[name] = [float(rng.randint(0, top)) for _ in range(n)]
         for spec in ir.metas:
             metadata[spec.name] = random_meta(spec, G, rng)
+    prompts = [f"prompt {g}" for g in range(G)]  # states kept per prompt read them; other shapers only check them
     if isinstance(shaper.ir, PipelineIR):
-        return dict(offsets=offsets, channels=channels, metadata=metadata), rewards
+        return dict(offsets=offsets, channels=channels, metadata=metadata, prompts=prompts), rewards
     for spec in shaper.ir.params:
         if not spec.required and rng.random() < 0.5:
             continue
@@ -123,7 +124,16 @@ def random_call(shaper, seed: int, sizes: list[int], per_group: bool):
             params[spec.name] = [list(random_param(spec, rng)) for _ in range(G)]
         else:
             params[spec.name] = random_param(spec, rng)
-    return dict(offsets=offsets, channels=channels, metadata=metadata, params=params), rewards
+    return dict(offsets=offsets, channels=channels, metadata=metadata, params=params, prompts=prompts), rewards
+
+
+def random_state(shaper, seed: int, values: list[float]) -> dict:
+    """A checkpoint of the shaper's shape: every state one of `values`, and a state kept per prompt
+    holding some of the prompts random_call names (the others enter at its initial value)."""
+    rng = random.Random(seed)
+    return {stage: {k: {f"prompt {g}": rng.choice(values) for g in range(12) if rng.random() < 0.6}
+                    if isinstance(v, dict) else rng.choice(values) for k, v in state.items()}
+            for stage, state in shaper.state_dict().items()}
 
 
 def outcome(shaper, rewards, kwargs):
@@ -170,7 +180,11 @@ def assert_agree(interp, kernel, rewards, kwargs, state=None):
     assert interp.state_dict().keys() == kernel.state_dict().keys()
     for stage, values in interp.state_dict().items():
         for k, v in values.items():
-            assert_close(v, kernel.state_dict()[stage][k], f"state {stage}.{k}")
+            other = kernel.state_dict()[stage][k]
+            if isinstance(v, dict):  # kept per prompt
+                assert v.keys() == other.keys(), f"state {stage}.{k}"
+                v, other = list(v.values()), [other[key] for key in v]
+            assert_close(v, other, f"state {stage}.{k}")
     if not kernel.state_dict():  # a second call of a stateful shaper would start from another state
         lean = outcome(kernel, rewards, {**kwargs, "breakdown": False})  # the kernel stores no breakdown
         assert lean.rewards.tobytes() == b.rewards.tobytes()
@@ -209,25 +223,22 @@ for path in SPEC_FILES:
 def test_tracked_specs_agree(path, name, sizes, seed, per_group):
     interp, kernel = backends((str(path), name), lambda b: shapec.compile_file(path, backend=b)[name])
     kwargs, rewards = random_call(interp, seed, sizes, per_group)
-    state = {stage: {k: random.Random(seed).choice([0.0, 0.4, 1.0]) for k in values}
-             for stage, values in interp.state_dict().items()}
-    assert_agree(interp, kernel, rewards, kwargs, state)
+    assert_agree(interp, kernel, rewards, kwargs, random_state(interp, seed, [0.0, 0.4, 1.0, 250.0]))
 
 
 # ------------------------------------------------------------------ generated specs
-FIXED = [EVERY_CONSTRUCT] + fixed_specs(5)
+FIXED = [(EVERY_CONSTRUCT, "generated_all"), (PER_PROMPT, "generated_prompts")] + [
+    (source, f"generated_{k}") for k, source in enumerate(fixed_specs(5))]
 
 
 @pytest.mark.parametrize("index", range(len(FIXED)))
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sizes=sizes_st, seed=st.integers(0, 2**32 - 1), per_group=st.booleans())
 def test_generated_specs_agree(index, sizes, seed, per_group):
-    source = FIXED[index]
-    name = "generated_all" if index == 0 else f"generated_{index - 1}"
+    source, name = FIXED[index]
     interp, kernel = backends(("fixed", index), lambda b: shapec.compile_str(source, f"{name}.shape", b)[name])
     kwargs, rewards = random_call(interp, seed, sizes, per_group)
-    state = {st_: {k: random.Random(seed).random() for k in v} for st_, v in interp.state_dict().items()}
-    assert_agree(interp, kernel, rewards, kwargs, state)
+    assert_agree(interp, kernel, rewards, kwargs, random_state(interp, seed, [random.Random(seed).random(), 0.0, 3.5]))
 
 
 # no shrinking: every shrink step recompiles a kernel; the failing source is printed whole anyway
@@ -245,12 +256,13 @@ def test_freshly_generated_specs_agree(source, sizes, seed):
 
 def test_generated_specs_are_well_typed_and_varied():
     """The generator's output checks, and the fixed set covers the constructs it is meant to."""
-    for source in FIXED:
+    for source, _ in FIXED:
         assert shapec.check_source(source) == [], source
     drawn = [SpecWriter(random.Random(seed).choice).shaper("g") for seed in range(60)]
     for source in drawn:
         assert shapec.check_source(source) == [], source
     for construct in ("median(", "mad(", "std(", "quantile(", "nth_largest(", "minmax(", "centered(", "rank(", "position", "argmin(",
-                      "argmax(", "??", " ? ", "band(", "gate ", "factor ", "clamp", "hist.", "result", "state", "drop when"):
-        assert construct in EVERY_CONSTRUCT or construct == "result", construct
+                      "argmax(", "??", " ? ", "band(", "gate ", "factor ", "clamp", "hist.", "result", "state", "drop when",
+                      "per prompt"):
+        assert construct in EVERY_CONSTRUCT + PER_PROMPT or construct == "result", construct
         assert any(construct in source for source in drawn), construct

@@ -14,7 +14,7 @@ import shapec
 from shapec.compiler.lowering.groups import PARALLEL_MIN_ROLLOUTS
 
 from .spec_writer import EVERY_CONSTRUCT
-from .test_differential import _COMPILED, assert_agree, backends, outcome, random_call
+from .test_differential import _COMPILED, assert_agree, backends, outcome, random_call, random_state
 
 
 def large_sizes(seed: int, largest: int) -> list[int]:
@@ -39,7 +39,7 @@ def test_parallel_kernels_agree_on_large_batches(seed, largest, per_group):
     parallel = _COMPILED["parallel"]
     assert parallel.parallel and not sequential.parallel
     kwargs, rewards = random_call(interp, seed, large_sizes(seed, largest), per_group)
-    state = {st_: {k: random.Random(seed).random() for k in v} for st_, v in interp.state_dict().items()}
+    state = random_state(interp, seed, [random.Random(seed).random(), 0.0, 3.5])
     assert_agree(interp, parallel, rewards, kwargs, state)
     sequential.load_state_dict(state)
     parallel.load_state_dict(state)

@@ -156,3 +156,12 @@ def test_a_string_and_an_unpickled_shaper_are_read_back_too(spec, checks, monkey
     for _ in range(2):
         assert pickle.loads(data)([1.0], group_size=1).rewards.tolist() == [0.75]
     assert checks == ["<string>", "main.shape", "main.shape"]  # the string, the file, its pickle's text: once each
+
+
+def test_a_spec_too_deep_for_pickle_is_checked_every_time_instead(spec, checks):
+    deep = "shaper deep() produces real {\n  input x: float\n  term t = " + " + ".join(["x"] * 250) + "\n}\n"
+    spec.write_text(deep)
+    for _ in range(2):
+        out = shapec.compile_file(spec, backend="interpreter").deep([0.0], group_size=1, channels={"x": [0.5]})
+        assert out.rewards.tolist() == [125.0]
+    assert checks == ["main.shape", "main.shape"] and entries(spec) == []

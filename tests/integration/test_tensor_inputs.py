@@ -17,7 +17,7 @@ from shapec.runtime.batch import BatchError
 from shapec.compat._groups import group_order
 from shapec.compat.short_rl import ShortRL
 from shapec.runtime.params import ParamError
-from shapec.runtime.shaper import StateError
+from shapec.runtime.states import StateError
 
 from ..helpers import src
 from .require import need

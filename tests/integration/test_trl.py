@@ -166,3 +166,31 @@ def test_a_checkpoint_saves_the_shaper_state_and_resuming_restores_it(tmp_path):
     resumed = _counted()  # a new process: the shaper starts from its declared state
     trainer(resumed, 3).train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
     assert resumed.shaper.state_dict() == {"counted": {"steps": 3.0}}  # 2 restored, then one more step
+
+
+TRACKED = """
+shaper tracked() produces real {
+  state seen: float per prompt = 0 update seen + 1
+  term bump = 0.5 * seen
+}
+"""
+
+
+@pytest.mark.parametrize("prompt_id", [None, "idx"])
+def test_a_state_kept_per_prompt_follows_each_prompt_by_its_text_or_a_column(prompt_id):
+    transformers = need("transformers", "trl")
+    reward = reward_func(shapec.compile_str(TRACKED, "tracked.shape", "interpreter").tracked, correct,
+                         num_generations=G, name="tracked", prompt_id=prompt_id)
+    answers = {"ab": ["a", "b", "ab", "x"], "cd": ["c", "cc", "d", "dd"]}
+
+    def call(prompts: list[str], step: int) -> list[float]:
+        completions = [c for p in prompts for c in answers[p]]
+        return reward(prompts=[p for p in prompts for _ in range(G)], completions=completions,
+                      completion_ids=[[3] * len(c) for c in completions],
+                      target=[p[0] for p in prompts for _ in range(G)], idx=[ord(p[0]) for p in prompts for _ in range(G)],
+                      trainer_state=transformers.TrainerState(global_step=step))
+
+    first = call(["ab", "cd"], 1)
+    assert call(["cd"], 2) == [r + 0.5 for r in first[G:]]  # cd was seen once; ab is not in this batch
+    keys = ("ab", "cd") if prompt_id is None else ("97", "99")  # a column's ids as strings: JSON checkpoints
+    assert reward.shaper.state_dict() == {"tracked": {"seen": {keys[0]: 1.0, keys[1]: 2.0}}}

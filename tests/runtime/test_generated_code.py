@@ -78,7 +78,7 @@ def test_kernel_arguments_are_made_only_of_their_own_names_and_constants(every):
     assert code.co_filename == "<shapec arguments>"
     assert set(code.co_names) <= {"EMPTY", "nthreads", "state_array", "states", "rewards", "env_rewards", "offsets",
                                   "components", "inputs", "metas", "bands", "lists"}
-    assert set(code.co_varnames) == {"batch", "packed", "state"}
+    assert set(code.co_varnames) == {"batch", "packed", "state", "prompt_state"}
 
 
 def test_kernel_arguments_are_the_batch_arrays_in_the_kernels_order(every):
@@ -87,7 +87,7 @@ def test_kernel_arguments_are_the_batch_arrays_in_the_kernels_order(every):
                          {"budget": [1.0, None], "window": None, "rec": None,
                           "hist": [{"reward": [1.0], "length": [2]}, None]}, None, None, False)
     packed = kernel.pack(every._bind(None).resolved[0].columns(2))
-    values = kernel.arguments(batch, packed, {})
+    values = kernel.arguments(batch, packed, {}, np.zeros((0, 0)))
     arrays = {"rewards": batch.rewards, "env_rewards": batch.env_rewards, "offsets": batch.offsets,
               "input": batch.inputs, "meta": batch.metas, "band": batch.bands}
     slot = 0

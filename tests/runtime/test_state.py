@@ -14,7 +14,7 @@ import pytest
 import shapec
 from shapec import compile_str
 from shapec.compat.short_rl import ShortRL
-from shapec.runtime.shaper import StateError
+from shapec.runtime.states import StateError
 
 from ..helpers import src
 

@@ -112,3 +112,32 @@ def test_the_cosine_reward_floors_at_its_bounds(hapo):
     # correct at 2h and past: -1 floored at -0.7; wrong below h: cos > 0 capped at 0
     got = hapo.hapo([1, 1, 0, 0], group_size=4, channels={"length": [200, 900, 50, 400]}, metadata={"history": [100]})
     assert got.rewards.tolist() == pytest.approx([0.3, 0.3, 0.0, -1.0], abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_the_tracked_history_follows_the_authors_training_loop_across_steps_and_a_checkpoint(hapo, seed):
+    """hapo_tracked keeps the table itself: prompts come and go between steps, in any order; the
+    rewards and the table equal the loop's (the checkpoint of step 3 resumed in a fresh shaper)."""
+    rng = np.random.default_rng(100 + seed)
+    w_lr, type_lr, mode = float(rng.choice([1.0, 0.5])), str(rng.choice(["cosine", "linear"])), \
+        str(rng.choice(["min", "mean"]))
+    params = {"w_lr": w_lr, "type_lr": type_lr, "mode": mode}
+    k, universe = int(rng.integers(1, 7)), 6
+    lens_dict, count_dict = {p: MAX_LEN for p in range(universe)}, {p: 0 for p in range(universe)}
+    shaper = hapo.hapo_tracked
+    shaper.load_state_dict({"hapo_tracked": {"history": {}, "seen": {}}})
+    for t in range(6):
+        chosen = [int(p) for p in rng.choice(universe, int(rng.integers(1, 4)), replace=False)]
+        keys = [p for p in chosen for _ in range(k)]
+        correct = (rng.random(len(keys)) < rng.choice([0.0, 0.5, 0.9])).astype(int).tolist()
+        lengths = rng.integers(1, 3000, len(keys)).tolist()
+        expected, _ = step(lens_dict, count_dict, keys, correct, lengths, w_lr, type_lr, mode)
+        got = shaper(correct, group_size=k, channels={"length": lengths}, params=params, prompts=chosen)
+        assert got.rewards.tolist() == pytest.approx(expected, abs=1e-12)
+        table = shaper.state_dict()["hapo_tracked"]["history"]
+        assert {p: table[p] for p in table} == {p: float(lens_dict[p]) for p in table}
+        assert all(lens_dict[p] == MAX_LEN for p in range(universe) if p not in table)
+        if t == 2:
+            saved = shaper.state_dict()
+            shaper = shapec.load("hapo", backend=shaper.backend).hapo_tracked
+            shaper.load_state_dict(saved)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import shapec
 from shapec.compat.short_rl import ShortRL
-from shapec.runtime.shaper import StateError
+from shapec.runtime.states import StateError
 
 EPS = 1e-5
 

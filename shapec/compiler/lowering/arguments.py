@@ -17,7 +17,7 @@ class Arguments:
         self.input_names, self.meta_names, self.band_names = plan.input_names, plan.meta_names, plan.band_names
         self.list_offsets, self.list_sizes, self.list_fields = plan.list_offsets, plan.list_sizes, plan.list_fields
         self.param_rows, self.param_band_rows = plan.param_rows, plan.param_band_rows
-        self.state_names = plan.state_names
+        self.state_names, self.prompt_state_rows = plan.state_names, plan.prompt_state_rows
 
     def signature(self) -> str:
         return "(" + ", ".join(a.numba_type for a in self.args) + ",)"

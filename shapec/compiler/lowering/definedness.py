@@ -105,7 +105,7 @@ class Definedness:
             return MAYBE if n.ty.maybe_missing else FINITE
         if ns == "var":
             return self._var_levels().get(name, MAYBE)
-        if ns == "state":  # an update that is not a finite number keeps the previous value (k_state)
+        if ns in ("state", "prompt_state"):  # an update that is not a finite number keeps the previous value
             return FINITE
         if ns == "meta":
             return MAYBE

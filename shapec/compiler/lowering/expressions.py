@@ -100,6 +100,9 @@ class Expressions:
                 return self.read(self.vars[name], self.var(name), ctx)
             if ns == "state":
                 return self.state_names[name]
+            if ns == "prompt_state":  # as the group's prompt entered the call
+                self.need_g(ctx)
+                return f"prompt_state_in[{self.prompt_state_rows[name]}, g]"
             if ns == "meta":
                 return self.read("group", self.meta_names[name], ctx)
             if ns == "item":

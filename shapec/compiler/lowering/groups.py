@@ -174,6 +174,18 @@ class Groups:
             fn(self.namer.string("Groups g0..g1-1; returns the first non-finite reward (rollout, group) or -1."))
         return fn.text() + body, free
 
+    def store_prompt_states(self, scope: Scope) -> None:
+        """A shaped group's per-prompt state updates, each kept where it is a finite number (the
+        output holds the values the prompts entered with: runtime/kernel.py)."""
+        o = self.out
+        for name, _, update in self.ir.prompt_states:
+            self.hoist(update, scope, "group")
+            value = self.fresh("ps")
+            o(f"{value} = {self.ex(update, 'group', scope)}")
+            o(f"if np.isfinite({value}):")
+            with o.indented():
+                o(f"prompt_state_out[{self.prompt_state_rows[name]}, g] = {value}")
+
     def free_type(self, name: str) -> str:
         """The numba type of a batch-level name the group loop reads (an explicit signature compiles
         it once, not once per literal argument type)."""

@@ -12,8 +12,8 @@ only values fixed before the let), so the let was computed; where none can hold,
 it. A reader with no such conjunct keeps its let unconditional. Lets have no effects, so
 computing one only where it is read changes no output; its reductions stay inside the `if`. A
 sunk let nothing reads (a batch reduction inlines what it reads) is not computed at all.
-A let a metric, a skip, a gate-rule block, the result or an unguarded statement reads, or a
-gate with gate codes, is not sunk.
+A let a metric, a skip, a gate-rule block, the result, a drop condition, a per-prompt state's
+update or an unguarded statement reads, or a gate with gate codes, is not sunk.
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class Sinking:
                     self.readers[name].append(step)
                     if step.name not in candidates and not self.is_guarded(step):
                         blocked.add(name)
-        others = (*(s.expr for s in (*ir.skips, *ir.batch_steps)), ir.result, *(m for _, m in ir.metrics))
+        others = (*(s.expr for s in (*ir.skips, *ir.batch_steps)), ir.result, ir.drop, *(m for _, m in ir.metrics),
+                  *(update for _, _, update in ir.prompt_states))
         blocked.update(n for n in _var_refs(others) if n in candidates)
         self.sunk: dict[str, list[list[Node]]] = {}
         while True:  # a let read by a let that stays put stays put too; so does one no clause can decide

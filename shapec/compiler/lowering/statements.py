@@ -432,6 +432,7 @@ class Statements:
             self.hoist(ir.drop, scope, "group")
         o("if code == 0:")
         with o.indented():
+            self.store_prompt_states(scope)
             o("for i in range(s, e):")
             with o.indented():
                 o(f"out[i] = {final}")

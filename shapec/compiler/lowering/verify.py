@@ -22,6 +22,7 @@ FROM_IMPORTS = {"math": {"inf", "isnan", "nan"}, "numba": {"njit", "prange", "ty
 FIXED_NAMES = frozenset("""
     np nt njit prange inf isnan nan float int abs min max range
     rewards env_rewards offsets components use_components nthreads params param_bands state_in
+    prompt_state_in prompt_state_out
     out terms factors keep kept skip gates metrics n G state_out bad_i bad_g width g g0 g1 i j s e
     ibuf tbuf bbuf rows kb run base code r x lo m applied decided gcode lo_ hi_ mean_ usable_ t_
     nchunks bad c bad_c
