@@ -204,7 +204,7 @@ def kernel_call(shaper, b: dict, p: dict):
     batch = make_batch(shaper.ir, b["rewards"], group_size=b["group_size"], channels=b["channels"],
                        metadata=b["metadata"])
     fn, packed = shaper._bind(p).kernel_args(0, kernel, batch.groups)  # the kernel a call with these params runs
-    values = kernel.arguments(batch, packed, {})
+    values = kernel.arguments(batch, packed, {}, np.zeros((0, 0)))  # no state kept per prompt
     n, G = batch.n, batch.groups
     T, F, NG, M = kernel.sizes
     outs = (np.empty(n), np.empty((T, 0)), np.empty((F, 0)), np.empty(G, np.int64), np.empty((NG, G), np.int64),

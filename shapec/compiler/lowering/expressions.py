@@ -93,7 +93,7 @@ class Expressions:
             if ns == "param":
                 if ctx == "batch":  # a state update's param: one value for the whole call (params.state_params)
                     return f"params[{self.param_rows[name]}, 0]"
-                return f"params[{self.param_rows[name]}, min(g, params.shape[1] - 1)]"  # one column: uniform
+                return self.param_local(name)  # read once per group (groups.py, read_params)
             if ns == "input":
                 return f"{self.input_names[name]}[i]"
             if ns == "var":
@@ -165,6 +165,12 @@ class Expressions:
                 return "0.0" if fn == "missing" else "1.0"
             return UNARY_CALLS[fn].format(a[0])
         raise ShapecInternalError(f"lowering: unknown node {op}")
+
+    def param_local(self, name: str) -> str:
+        """The local that holds a param's value in the group being shaped."""
+        if name not in self.param_locals:
+            self.param_locals[name] = self.namer.new("p", name)
+        return self.param_locals[name]
 
     def scoped(self, node: Node, scope: Scope):
         """A value hoisted out of the current loop: a reduction, a batch reduction or a band."""

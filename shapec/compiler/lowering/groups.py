@@ -229,13 +229,36 @@ class Groups:
                     o("bad_g = bad[c, 1]")
                     o("break")
 
+    def start_group(self, o: Emitter) -> int:
+        """A group's bounds, its rollouts being i in range(s, e); returns where its code starts (read_params).
+
+        They are unsigned: numba indexes an array by a signed integer through a wrap-around for
+        negative ones (a compare, an add and a select on the array's length, which then stays in a
+        register), which LLVM cannot drop, not knowing that offsets are never negative; an unsigned
+        index is used as it is. Offsets are never negative, so every index is the same. Where an
+        index meets a signed integer the code casts one side (np.int64, np.uint64): numba would
+        make the mixed value a float64."""
+        o("s = np.uint64(offsets[g])")
+        o("e = np.uint64(offsets[g + 1])")
+        return len(o.lines)
+
+    def read_params(self, o: Emitter, mark: int) -> None:
+        """At o.lines[mark], the start of a group's code, a read of each param that code reads.
+
+        A param holds one value per group, so it is read once into a local (expressions.py,
+        param_local). Read in place, inside a rollout loop, it was read again at every rollout,
+        its column and 2-D offset with it: LLVM cannot tell that the loop's stores (to scratch rows
+        that may alias any array) leave the params alone, so it cannot hoist the read."""
+        _, loaded = _names_by_context("\n".join(o.lines[mark:]))
+        column = "min(g, params.shape[1] - 1)"  # one column: the same params for every group
+        o.lines[mark:mark] = ["    " * o.depth + f"{local} = params[{self.param_rows[name]}, {column}]"
+                              for name, local in self.param_locals.items() if local in loaded]
+
     def lower_groups(self) -> None:
         ir, o = self.ir, self.out
         o("for g in range(g0, g1):")
         with o.indented():
-            o("s = offsets[g]")
-            o("e = offsets[g + 1]")
-            mark, depth = len(o.lines), o.depth
+            mark, depth = self.start_group(o), o.depth
             scope = Scope()
             if self.ir.channels and not self.global_channels:
                 o(self.note("channels"))
@@ -255,4 +278,5 @@ class Groups:
             # read somewhere: a let the params left unread is never computed, specialize.py)
             _, loaded = _names_by_context("\n".join(o.lines[mark - 3:]))
             o.lines[mark:mark] = ["    " * depth + f"{name} = nan" for name in self.group_locals if name in loaded]
+            self.read_params(o, mark)
 

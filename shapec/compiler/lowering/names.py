@@ -24,6 +24,7 @@ KINDS = {
     "sel": "a selection's values", "isel": "a selection's indices", "ksel": "a selection's size",
     "t": "a temporary that keeps an expression's nesting within Python's parser limit",
     "ps": "a per-prompt state's update in its group",
+    "p": "a param's value in its group",
 }
 DERIVED = ("SIG_", "SIG_groups_", "kernel_", "groups_")  # module-level names built from a stage's name
 MANGLED = re.compile(r"(?P<kind>[a-z]+)(?P<index>[0-9]+)(_[A-Za-z0-9_]*)?")

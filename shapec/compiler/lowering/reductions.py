@@ -209,7 +209,8 @@ class Hoisting:
                 best = self.fresh("isel")
                 o(f"{best} = 0")
                 better = "<" if op == "argmin" else ">"
-                updates.append(f"{best} = {local} if {k} == 0 or {x} {better} {acc} else {best}")
+                # a rollout's index is unsigned (groups.py, start_group): mixed with best's 0, numba makes a float64
+                updates.append(f"{best} = np.int64({local}) if {k} == 0 or {x} {better} {acc} else {best}")
             else:
                 best = None
             o(f"{acc} = {init}")
@@ -316,13 +317,12 @@ class Hoisting:
         plans = [self._breduce_start(n) for n in nodes]
         o("for g in range(G):")
         with o.indented():
-            o("s = offsets[g]")
-            o("e = offsets[g + 1]")
-            mark = len(o.lines)
+            mark = self.start_group(o)
             for node, plan in zip(nodes, plans):
                 self._breduce_group(node, plan)
             if len(nodes) > 1:
                 o.lines[mark:] = fuse_block(o.lines[mark:], o.depth, MUTATING_HELPERS)
+            self.read_params(o, mark)
         for node, plan in zip(nodes, plans):
             self._breduce_finish(node, plan, scope)
 

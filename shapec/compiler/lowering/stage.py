@@ -35,6 +35,7 @@ class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, S
         self.arrays: list[str] = []  # allocation lines for per-variable arrays of the whole batch
         self.chunk_arrays: list[str] = []  # ... and for group-sized scratch, one per chunk of groups
         self.group_locals: list[str] = []  # per-group lets and gates held in locals of the group loop
+        self.param_locals: dict[str, str] = {}  # param -> the local holding its value in a group
         self.plan_args()
         # the arguments are the general kernel's, so that every specialisation of it takes the same
         # call (specialize.py); the statements are lowered from the specialised IR

@@ -54,9 +54,9 @@ class Statements:
         o(self.note("channels"))
         o("for g in range(G):")
         with o.indented():
-            o("s = offsets[g]")
-            o("e = offsets[g + 1]")
+            mark = self.start_group(o)
             self.group_channels("rollout")
+            self.read_params(o, mark)
 
     def group_channels(self, storage: str) -> None:
         o = self.out
@@ -320,7 +320,7 @@ class Statements:
             o(f"{slot} = 0.0")
         o(f"if {at} >= 0:")
         with o.indented():
-            o(f"i = s + {at}")
+            o(f"i = s + np.uint64({at})")
             o(f"x = {value}")
             o(f"{slot} = x if {self.applies(step, scope, skip_index=True)}not isnan(x) else 0.0")
 
@@ -440,7 +440,7 @@ class Statements:
                     o(f"kept[i] = not {self.truth(ir.drop, 'rollout', scope)}")
                 o("if bad_i < 0 and not np.isfinite(out[i]):")
                 with o.indented():
-                    o("bad_i = i")
+                    o("bad_i = np.int64(i)")
                     o("bad_g = g")
             if not self.breakdown_always:
                 self.store_breakdown(lambda k: self.slot("term", k), lambda k: self.slot("factor", k))

@@ -28,7 +28,7 @@ FIXED_NAMES = frozenset("""
     nchunks bad c bad_c
 """.split())
 FIXED_ATTRIBUTES = frozenset("""
-    full empty zeros int64 float64 boolean exp cos trunc isfinite log sqrt floor shape copy
+    full empty zeros int64 uint64 float64 boolean exp cos trunc isfinite log sqrt floor shape copy
 """.split())
 FIXED_KEYWORDS = frozenset(("cache", "error_model", "parallel", "kind"))  # kind: k_sort's stable argsort
 FIXED_STRINGS = frozenset(("numpy", "prange", "comprehension", "reduction", "inplace_binop", "setitem",
