@@ -179,11 +179,6 @@ class Shaped:
         return out
 
 
-def keeps_prompt_state(shaper: CompiledShaper) -> bool:
-    """Whether a stage has a `state ... per prompt` (its calls then name each group's prompt)."""
-    return any(ir.prompt_states for ir, _ in shaper.stages)
-
-
 def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Sequence[Hashable], *,
                    lengths: Sequence[float], unit: str = "tokens", columns: Mapping[str, Sequence] | None = None,
                    params: Mapping[str, Any] | None = None, where: str = "shapec",
@@ -208,7 +203,7 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     metadata = {name: group_values(columns[name], order, offsets, f"{where}: column {name!r}")
                 for name in spec_metas(shaper) if name in columns}
     prompts = None
-    if keeps_prompt_state(shaper):
+    if shaper.prompt_states:
         if prompt_ids is None:
             raise ValueError(f"{where}: {shaper.name!r} keeps state per prompt; give each rollout's prompt id")
         prompts = group_values(prompt_ids, order, offsets, f"{where}: the prompt id")

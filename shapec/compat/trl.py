@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ._groups import keeps_prompt_state, require, resolve_shaper, shape_by_group
+from ._groups import require, resolve_shaper, shape_by_group
 
 WHERE = "shapec.compat.trl"
 LENGTHS = {"tokens": "tokens", "chars": "chars"}
@@ -75,7 +75,7 @@ def reward_func(spec: Any, base: Callable | str, *, shaper: str | None = None, p
                 raise KeyError(f"{WHERE}: prompt_id column {prompt_id!r} is not in the dataset"
                                + (f" (did you mean {close[0]!r}?)" if close else ""))
             ids = [str(v) for v in columns[prompt_id]]  # TRL checkpoints the table as JSON, whose keys are strings
-        elif keeps_prompt_state(compiled):
+        elif compiled.prompt_states:
             ids = [row["prompt"] for row in everything]
         shaped = steps.run(kwargs.get("trainer_state"), lambda: shape_by_group(
             compiled, base_all, keys, lengths=[row["length"] for row in everything], unit=LENGTHS[length],

@@ -85,7 +85,7 @@ def shape_chunk(shaper, plan, layout, chunk: Chunk, on_bad_row: str, training: b
 
     # a run sees each prompt once (grouping.py refuses a key that comes back), so every group enters a
     # per-prompt state at its initial value: its first row's number names it
-    per_prompt = any(ir.prompt_states for ir in stage_irs(shaper))
+    per_prompt = bool(shaper.prompt_states)
 
     def run(groups: np.ndarray, validate_only: bool = False):
         """Shape these groups (ascending); validate_only checks them without shaping or state."""

@@ -148,7 +148,8 @@ class Kernel:
 def arguments_function(inputs: tuple[Arg, ...], states: tuple[str, ...]):
     """The kernel's input arguments as one generated function (pycode.py), (batch, packed, state,
     prompt_state) -> tuple in order: the batch's arrays (batch.py makes them contiguous and of their
-    dtype), the packed params, the state as an array, the per-prompt states as an (S, G) array. A call on one group costs mostly such Python, so it is straight-line."""
+    dtype), the packed params, the state as an array, the per-prompt states as an (S, G) array. A
+    call on one group costs mostly such Python, so it is straight-line."""
     slots = itertools.count()  # the packed params, in the order of their arguments
     values = [_argument(a, next(slots) if a.source == "params" else None, states) for a in inputs]
     body = [ast.Return(ast.Tuple(values, ast.Load()))]

@@ -216,6 +216,11 @@ class CompiledShaper:
     def is_pipeline(self) -> bool:
         return isinstance(self.ir, PipelineIR)
 
+    @property
+    def prompt_states(self) -> tuple[str, ...]:
+        """Each `state ... per prompt` as `stage.name`: when there is one, every call passes `prompts=`."""
+        return self._states.per_prompt
+
     def __repr__(self) -> str:
         kind = "pipeline" if self.is_pipeline else "shaper"
         return f"<shapec {kind} {self.name!r} ({self.backend}{', parallel' if self.parallel else ''})>"
@@ -344,8 +349,8 @@ class CompiledShaper:
         if batch.absent and batch.groups:
             self._refuse_absent(batch, bound)
         keys = prompt_keys(prompts, batch.groups) if prompts is not None else None
-        if keys is None and self._states.per_prompt:
-            raise BatchError(f"prompts: {self.name!r} keeps {', '.join(self._states.per_prompt)} per prompt; pass "
+        if keys is None and self.prompt_states:
+            raise BatchError(f"prompts: {self.name!r} keeps {', '.join(self.prompt_states)} per prompt; pass "
                              f"prompts=, one key per group (the id of the group's prompt)")
         with self._lock:
             current = batch.rewards

@@ -10,9 +10,8 @@ from pathlib import Path
 from ..paths import printable
 from ..checker.imports import newlines, spec_source
 from ..syntax.parser import parse
-from ..syntax.source import BOM
 from ..syntax.pretty import pretty
-from ..syntax.source import ShapeError
+from ..syntax.source import BOM, ShapeError
 from ..run.atomic import OutputError, write_text
 
 _ENDING = re.compile(r"\r\n|\r|\n")

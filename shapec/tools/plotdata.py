@@ -168,7 +168,7 @@ def sweep(shaper, plan, channel: str, unit: str, max_length: float, metadata: di
             channels[name] = lengths * value if kind == "x" else correct.copy() if kind == "follow" \
                 else np.full(GRID * G, value)
         offsets = np.arange(GRID + 1) * G
-        prompts = list(range(GRID)) if any(ir.prompt_states for ir in stage_irs(shaper)) else None  # each x a new prompt
+        prompts = list(range(GRID)) if shaper.prompt_states else None  # each x a new prompt
         result = shaper(correct, offsets=offsets, channels=channels, metadata=metadata, params=params, prompts=prompts)
         runs[label] = (result, correct, channels)
     result, correct, channels = runs["correct"]
