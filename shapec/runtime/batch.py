@@ -29,7 +29,7 @@ __all__ = ["Batch", "BatchError", "MetaPlan", "make_offsets", "checked"]
 NONNEG = (*UNITS, "components")  # the types whose values are >= 0
 
 
-@dataclass
+@dataclass(slots=True)
 class Batch:
     rewards: np.ndarray  # (n,)
     offsets: np.ndarray  # (G+1,) int64

@@ -36,6 +36,7 @@ from . import pycode as py
 from .batch import NONNEG, Batch, MetaPlan, checked, hint, make_offsets, no_bands
 from .validate import BatchError, as_array, band, band_table, check_offsets, exact, integers, numeric, show
 
+_F64 = np.dtype(np.float64)
 ARGUMENTS = ("rewards", "group_size", "offsets", "channels", "metadata", "reward_components",
              "allow_short_last_group")
 
@@ -102,6 +103,9 @@ def scalar_column(name: str, value: Any, G: int) -> np.ndarray:
 def band_column(name: str, value: Any, G: int) -> np.ndarray:
     """Per-group bands as a C-contiguous float64 (G, 3) or (G, 4) table for the compiled band check:
     a numeric array as given, or per-group {a, b, f} entries (None: no band), checked as read."""
+    if (type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 2 and value.shape[0] == G
+            and value.shape[1] in (3, 4) and value.flags.c_contiguous):
+        return value  # the common case: all_clean reads it and writes the kernel's rows elsewhere
     value = as_array(name, value)
     if isinstance(value, np.ndarray) and value.dtype.kind in "biuf":
         if value.ndim != 2 or value.shape[0] != G or value.shape[1] not in (3, 4):
@@ -117,41 +121,46 @@ def band_column(name: str, value: Any, G: int) -> np.ndarray:
     return out
 
 
-def record_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
-    """A record's fields, in declaration order (scalar_column's or band_column's form): from None,
-    a mapping of field -> per-group column, or per-group rows (None or mappings)."""
+def record_form(plan: MetaPlan, value: Any, G: int) -> Mapping:
+    """A record as a mapping of field -> per-group column (what band_column and scalar_column read):
+    a mapping as given, per-group rows (None or mappings) as one list per field, None as no fields."""
+    if type(value) is dict and value.keys() <= plan.field_keys:
+        return value  # the common case, before the checks below
     name, fields = plan.label, plan.names
-    rows = None
+    if value is None:
+        return {}
     if isinstance(value, Mapping):
-        if not value.keys() <= plan.field_keys:
-            for key in value:
-                if key not in fields:
-                    raise BatchError(f"{name}: unknown field {key!r}{hint(key, fields)}; fields: {fields}")
-    elif value is not None:
-        rows = [_row_mapping(name, g, row, fields) for g, row in enumerate(per_group(name, value, G))]
-    columns = []
+        for key in value:
+            if key not in fields:
+                raise BatchError(f"{name}: unknown field {key!r}{hint(key, fields)}; fields: {fields}")
+        return value
+    rows = [_row_mapping(name, g, row, fields) for g, row in enumerate(per_group(name, value, G))]
     for fname, ftype, _, label in plan.fields:
-        if rows is None:
-            col = value.get(fname) if value is not None else None
-        else:
-            col = [row.get(fname) if row is not None else None for row in rows]
-            if ftype == "band":  # a key left out is no band; a key set to null is a malformed one
-                for g, row in enumerate(rows):
-                    if row is not None and fname in row and row[fname] is None:
-                        raise BatchError(f"{label}: group {g}: null; a band key that is present "
-                                         f"must hold a band {{a, b, f}} (leave the key out for no band)")
-        columns.append(band_column(label, col, G) if ftype == "band" else scalar_column(label, col, G))
-    return tuple(columns)
+        if ftype == "band":  # a key left out is no band; a key set to null is a malformed one
+            for g, row in enumerate(rows):
+                if row is not None and fname in row and row[fname] is None:
+                    raise BatchError(f"{label}: group {g}: null; a band key that is present "
+                                     f"must hold a band {{a, b, f}} (leave the key out for no band)")
+    return {fname: [row.get(fname) if row is not None else None for row in rows] for fname in fields}
 
 
-def list_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
-    """List metadata as (offsets, field arrays in declaration order): from {"offsets": (G+1,)
-    integers, field: values, ...}, or per group a record of equal-length lists (None or a partial
-    record: no items; zip semantics, the shortest list decides), whose values are checked as read.
-    The offsets are checked with the call's values (all_clean)."""
+def list_form(plan: MetaPlan, value: Any, G: int) -> Mapping:
+    """List metadata as one flat mapping {"offsets": (G+1,) integers, field: values, ...}: as given,
+    or from per group a record of equal-length lists (None or a partial record: no items; zip
+    semantics, the shortest list decides), whose values are checked as read. list_offsets and
+    list_items read it; the offsets are checked with the call's values (all_clean)."""
+    if type(value) is dict and value.keys() == plan.expected_keys:
+        return value  # the common case, before the checks below
+    name, fields, expected = plan.label, plan.names, plan.expected
     if isinstance(value, Mapping):
-        return _flat_list(plan, value, G)
-    spec, name, fields = plan.spec, plan.label, plan.names
+        for key in expected:
+            if key not in value:
+                raise BatchError(f"{name}: missing {key!r}; expected {{'offsets': ..., "
+                                 f"{', '.join(repr(f) + ': ...' for f in fields)}}}")
+        for key in value:
+            if key not in expected:
+                raise BatchError(f"{name}: unknown key {key!r}{hint(key, expected)}; expected {expected}")
+        return value
     rows = [None] * G if value is None else [_row_mapping(name, g, row, fields)
                                              for g, row in enumerate(per_group(name, value, G))]
     lengths, cols = [], {f: [] for f in fields}
@@ -161,38 +170,30 @@ def list_columns(plan: MetaPlan, value: Any, G: int) -> tuple:
             lengths.append(0)  # absent or partial: the group has no items
             continue
         arrays = [checked(f"{name}: group {g}, {f}", numeric(f"{name}: group {g}, {f}", v, None, "item"), t)
-                  for (f, t), v in zip(spec.fields, lists)]
+                  for (f, t), v in zip(plan.spec.fields, lists)]
         k = min(len(a) for a in arrays)
         lengths.append(k)
         for f, a in zip(fields, arrays):
             cols[f].append(a[:k])
     off = np.zeros(G + 1, dtype=np.int64)
     off[1:] = np.cumsum(lengths)
-    return off, tuple(np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields)
+    return {"offsets": off, **{f: np.concatenate(cols[f]) if cols[f] else np.zeros(0) for f in fields}}
 
 
-def _flat_list(plan: MetaPlan, value: Mapping, G: int) -> tuple:
-    """{"offsets": ..., field: values, ...}: every field as long as the offsets say."""
-    name, fields, expected = plan.label, plan.names, plan.expected
-    if value.keys() != plan.expected_keys:
-        for key in expected:
-            if key not in value:
-                raise BatchError(f"{name}: missing {key!r}; expected {{'offsets': ..., "
-                                 f"{', '.join(repr(f) + ': ...' for f in fields)}}}")
-        for key in value:
-            if key not in expected:
-                raise BatchError(f"{name}: unknown key {key!r}{hint(key, expected)}; expected {expected}")
-    off = integers(plan.offsets_label, value["offsets"])
+def list_offsets(name: str, value: Any, G: int) -> np.ndarray:
+    """A list's offsets: G + 1 integers (all_clean checks that they slice its items)."""
+    off = integers(name, value)
     if len(off) != G + 1:
-        raise BatchError(f"{name}.offsets: expected {G + 1} values (groups + 1), got {len(off)}")
-    # a bool field becomes 0/1 in place (all_clean): only that one needs its own copy
-    columns = tuple(numeric(label, value[f], None, "item", t == "bool")
-                    for (f, t), label in zip(plan.spec.fields, plan.item_labels))
-    total = len(columns[0])
-    for f, items in zip(fields[1:], columns[1:]):
-        if len(items) != total:
-            raise BatchError(f"{name}.{f}: expected {total} items (as many as {fields[0]!r}), got {len(items)}")
-    return off, columns
+        raise BatchError(f"{name}: expected {G + 1} values (groups + 1), got {len(off)}")
+    return off
+
+
+def list_items(name: str, value: Any, total: int, first: str, fresh: bool) -> np.ndarray:
+    """A list field past the first: its items as numeric reads them, as many as the first field's."""
+    items = numeric(name, value, None, "item", fresh)
+    if len(items) != total:
+        raise BatchError(f"{name}: expected {total} items (as many as {first!r}), got {len(items)}")
+    return items
 
 
 def bad_call(offsets: tuple, ends: tuple, offset_names: tuple, arrays: tuple, checks: tuple, tables: tuple,
@@ -210,7 +211,8 @@ def bad_call(offsets: tuple, ends: tuple, offset_names: tuple, arrays: tuple, ch
 
 
 NAMESPACE = {f.__name__: f for f in (numeric, make_offsets, mapping, known_keys, missing_input, absent_names,
-                                     scalar_column, band_column, record_columns, list_columns, bad_call)}
+                                     scalar_column, band_column, record_form, list_form, list_offsets, list_items,
+                                     bad_call)}
 # all_clean's spare slots, past a call's own: nothing to check (NO_ROWS: a call without band tables)
 NAMESPACE.update(np=np, EMPTY=np.zeros(0), NO_TABLE=np.zeros((0, 3)), NO_OFFSETS=np.zeros(1, dtype=np.int64),
                  NO_ROWS=np.zeros((0, 0, 4)))
@@ -326,21 +328,34 @@ def binder_body(inputs: tuple[tuple[str, str], ...], metas: tuple[MetaSpec, ...]
     for spec in metas:
         meta = MetaPlan.of(spec)
         given = py.method("metadata", "get", py.const(spec.name))
-        if spec.kind == "list":
+        if spec.kind == "list":  # its form, then the offsets and each field, straight-line
             plans[plan_name := plan.fresh("plan_")] = meta
-            off, fields = plan.fresh("list_offsets_"), [plan.fresh("list_field_") for _ in spec.fields]
-            forms.append(py.assign([off, fields], py.call("list_columns", py.name(plan_name), given, py.name("G"))))
-            plan.offsets(off, fields[0], meta.offsets_label, f"{spec.fields[0][0]!r} items")
-            for var, (f, t), label in zip(fields, spec.fields, meta.item_labels):
+            form, off = plan.fresh("list_"), plan.fresh("list_offsets_")
+            fields = [plan.fresh("list_field_") for _ in spec.fields]
+            forms.append(py.assign(form, py.call("list_form", py.name(plan_name), given, py.name("G"))))
+            forms.append(py.assign(off, py.call("list_offsets", py.const(meta.offsets_label),
+                                                py.item(py.name(form), "offsets"), py.name("G"))))
+            first = spec.fields[0][0]
+            for k, (var, (f, t), label) in enumerate(zip(fields, spec.fields, meta.item_labels)):
+                value, fresh = py.item(py.name(form), f), py.const(t == "bool")  # a bool field is written (0/1)
+                read = (py.call("numeric", py.const(label), value, py.const(None), py.const("item"), fresh) if k == 0
+                        else py.call("list_items", py.const(label), value, py.call("len", py.name(fields[0])),
+                                     py.const(first), fresh))
+                forms.append(py.assign(var, read))
                 plan.check(var, label, t, False)
+            plan.offsets(off, fields[0], meta.offsets_label, f"{first!r} items")
             columns = py.dict_of([(f, py.name(v)) for (f, _), v in zip(spec.fields, fields)])
             lists_dict.append((spec.name, ast.Tuple([py.name(off), columns], ast.Load())))
             continue
-        if spec.kind == "record":
+        if spec.kind == "record":  # its form, then each field, straight-line
             plans[plan_name := plan.fresh("plan_")] = meta
+            form = plan.fresh("record_")
+            forms.append(py.assign(form, py.call("record_form", py.name(plan_name), given, py.name("G"))))
             columns = [(plan.fresh("field_"), ftype, path, label) for _, ftype, path, label in meta.fields]
-            forms.append(py.assign([v for v, *_ in columns], py.call("record_columns", py.name(plan_name), given,
-                                                                     py.name("G"))))
+            for (var, ftype, _, label), fname in zip(columns, meta.names):
+                reader = "band_column" if ftype == "band" else "scalar_column"
+                forms.append(py.assign(var, py.call(reader, py.const(label), py.method(form, "get", py.const(fname)),
+                                                    py.name("G"))))
         else:
             var = plan.fresh("meta_")
             reader = "band_column" if spec.type == "band" else "scalar_column"

@@ -20,7 +20,7 @@ from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_
 NAN = math.nan
 
 
-@dataclass
+@dataclass(slots=True)
 class StageOutput:
     rewards: np.ndarray
     terms: dict[str, np.ndarray]

@@ -49,7 +49,7 @@ def default_backend() -> str:
     return backend
 
 
-@dataclass
+@dataclass(slots=True)
 class StageResult:
     """What one shaper did to the batch: its input and output rewards and the breakdown."""
 
@@ -81,7 +81,7 @@ class StageResult:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class Result:
     """Shaped rewards with the per-term, per-factor, per-gate breakdown of every stage."""
 

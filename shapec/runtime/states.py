@@ -79,13 +79,17 @@ class States:
 
     def entering(self, stage: str, keys: list | None) -> dict[str, np.ndarray]:
         """Each per-prompt state's (G,) values as the call's prompts enter it."""
+        tables = self.tables[stage]
+        if not tables:  # most stages keep nothing per prompt: every call of them passes here
+            return {}
         return {name: np.array([table.get(k, self.initial[stage][name]) for k in keys], dtype=np.float64)
-                for name, table in self.tables[stage].items()}
+                for name, table in tables.items()}
 
     def keep(self, stage: str, state: Mapping[str, float], prompt_state: Mapping[str, np.ndarray],
              keys: list | None) -> None:
         """What a training call left: the stage's batch states, and each group's prompt's next values."""
-        self.batch[stage] = dict(state)
+        if state:
+            self.batch[stage] = dict(state)
         for name, values in prompt_state.items():
             self.tables[stage][name].update(zip(keys, values.tolist()))
 

@@ -29,7 +29,7 @@ SPEC = src("""
     }
 """)
 LOCALS = {"checks", "n", "G", "absent"}
-MANGLED = re.compile(r"(input|meta|field|list_offsets|list_field|plan|offsets|ends|arrays|RULES|tables|rows)_\d+")
+MANGLED = re.compile(r"(input|meta|field|record|list|list_offsets|list_field|plan|offsets|ends|arrays|RULES|tables|rows)_\d+")
 
 
 def _names_and_constants(body: list[ast.stmt]) -> tuple[set[str], list]:
