@@ -226,5 +226,5 @@ def test_a_prompt_key_may_be_a_column_and_a_missing_one_is_named():
                 config=config)
     with pytest.raises(ValueError, match=r"only the uid, which is new at every step: wrap verl's compute_advantage "
                                          r"with with_columns"):
-        ray_trainer.compute_advantage(_hapo_batch(torch, prompts, correct, lengths), adv_estimator="shapec_test_hapo_index",
-                                      config=config)
+        ray_trainer.compute_advantage(_hapo_batch(torch, prompts, correct, lengths),
+                                      adv_estimator="shapec_test_hapo_index", config=config)
