@@ -217,8 +217,9 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     for name, values in columns.items():
         if len(values) != n:
             raise ValueError(f"{where}: column {name!r} has {len(values)} values for {n} rollouts")
-    if len(keys) != n or len(lengths) != n:
-        raise ValueError(f"{where}: {len(keys)} group keys and {len(lengths)} lengths for {n} rewards")
+    if len(keys) != n or len(lengths) != n or (prompt_ids is not None and len(prompt_ids) != n):
+        given = "" if prompt_ids is None else f" and {len(prompt_ids)} prompt ids"
+        raise ValueError(f"{where}: {len(keys)} group keys, {len(lengths)} lengths{given} for {n} rewards")
     order, offsets = group_order(keys)
     channels = channel_arrays(fill_inputs(shaper, columns, lengths, unit, rewards, where),
                               tuple(spec_inputs(shaper).items()), n)
