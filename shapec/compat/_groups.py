@@ -158,6 +158,28 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
+def no_prompt_key(shaper: CompiledShaper, where: str, how: str) -> ValueError:
+    """The one wording of "this spec needs prompt keys and the trainer gave none": `how` says which
+    field was looked for and what to pass."""
+    return ValueError(f"{where}: {shaper.name!r} keeps {', '.join(shaper.prompt_states)} per prompt, so every "
+                      f"rollout needs a key naming its prompt, the same at every step; {how}")
+
+
+def _one_group_per_prompt(prompts: list, order: np.ndarray, offsets: np.ndarray, where: str) -> None:
+    """Two groups of one prompt in a call would each update its state from the value it entered with,
+    and one update would be lost; name the rollouts, in the trainer's order."""
+    first: dict = {}
+    for g, key in enumerate(prompts):
+        try:
+            h = first.setdefault(_group_identity(key, g), g)
+        except TypeError:
+            return  # not a key at all: the shaper says so
+        if h != g:
+            raise ValueError(f"{where}: the prompt id {show(key)} names two groups (rollouts {int(order[offsets[h]])} "
+                             f"and {int(order[offsets[g]])}); a prompt's rollouts must be one group of the call, so "
+                             f"either the batch holds this prompt twice or the id names no single prompt")
+
+
 @dataclass
 class Shaped:
     """Shaped rewards in the trainer's order, and the shaper's result in group order."""
@@ -195,8 +217,9 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     for name, values in columns.items():
         if len(values) != n:
             raise ValueError(f"{where}: column {name!r} has {len(values)} values for {n} rollouts")
-    if len(keys) != n or len(lengths) != n:
-        raise ValueError(f"{where}: {len(keys)} group keys and {len(lengths)} lengths for {n} rewards")
+    if len(keys) != n or len(lengths) != n or (prompt_ids is not None and len(prompt_ids) != n):
+        given = "" if prompt_ids is None else f" and {len(prompt_ids)} prompt ids"
+        raise ValueError(f"{where}: {len(keys)} group keys, {len(lengths)} lengths{given} for {n} rewards")
     order, offsets = group_order(keys)
     channels = channel_arrays(fill_inputs(shaper, columns, lengths, unit, rewards, where),
                               tuple(spec_inputs(shaper).items()), n)
@@ -205,8 +228,9 @@ def shape_by_group(shaper: CompiledShaper, rewards: Sequence[float], keys: Seque
     prompts = None
     if shaper.prompt_states:
         if prompt_ids is None:
-            raise ValueError(f"{where}: {shaper.name!r} keeps state per prompt; give each rollout's prompt id")
+            raise no_prompt_key(shaper, where, "give each rollout's prompt id")
         prompts = group_values(prompt_ids, order, offsets, f"{where}: the prompt id")
+        _one_group_per_prompt(prompts, order, offsets, where)
     result = shaper(rewards[order], offsets=offsets, channels={k: v[order] for k, v in channels.items()},
                     metadata=metadata, params=params, breakdown=False,  # trainers read rewards and metrics
                     prompts=prompts)

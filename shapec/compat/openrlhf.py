@@ -11,7 +11,10 @@ into `n_samples_per_prompt` groups; this hook runs there. Each sample's prompt n
 `index // n_samples_per_prompt` (the grouping OpenRLHF's normalisation then uses), its length is
 `response_length` and its correctness its reward; an input named `truncated` comes from the
 experience's own `truncated` flags (vLLM's `finish_reason == "length"`), other spec inputs from
-`experience.info`. The stdlib's `openrlhf.overlong` is OpenRLHF's own pair of penalties.
+`experience.info`. The stdlib's `openrlhf.overlong` is OpenRLHF's own pair of penalties. A spec that
+keeps state per prompt (`hapo.hapo_tracked`) keys it by each sample's prompt text, which OpenRLHF's
+samples generator records in `Experience.prompts`: the `index` numbers samples in the batch, not
+prompts, so it names a different prompt at every step.
 """
 
 from __future__ import annotations
@@ -20,17 +23,18 @@ import itertools
 import numbers
 from typing import Any, Callable, Mapping
 
-from ._groups import require, resolve_shaper, shape_by_group
+from ._groups import no_prompt_key, require, resolve_shaper, shape_by_group
 
 WHERE = "shapec.compat.openrlhf"
 BUILTIN = ("overlong_buffer_len", "stop_properly_penalty_coef")
 
 
 def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping | None = None,
-                        backend: str | None = None) -> Callable:
+                        backend: str | None = None, prompt_key: str | None = None) -> Callable:
     """`apply_length_penalties(experiences, args)`: shapes the rewards in place, syncs
     `info["reward"]` and writes each shaper metric to `info["shapec/<metric>"]` (OpenRLHF logs the
-    mean of every info entry)."""
+    mean of every info entry). A state kept per prompt follows each sample's prompt text, or the
+    info entry `prompt_key` names (a prompt number a `reward_func` returns in `extra_logs`)."""
     compiled = resolve_shaper(spec, shaper, backend)
 
     def apply_length_penalties(experiences: list, args) -> None:
@@ -48,8 +52,9 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
         rewards = torch.cat([exp.rewards for exp in experiences]).double().cpu().numpy()
         lengths = torch.cat([exp.response_length for exp in experiences]).double().cpu().numpy()
         columns = _info_columns(experiences, torch)
+        ids = _prompt_ids(compiled, experiences, prompt_key) if compiled.prompt_states else None
         shaped = shape_by_group(compiled, rewards, [i // per_prompt for i in index], lengths=lengths,
-                                columns=columns, params=params, where=WHERE)
+                                columns=columns, params=params, where=WHERE, prompt_ids=ids)
         start = 0
         for exp in experiences:
             size = len(exp.rewards)
@@ -65,7 +70,7 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
 
 
 def ray_setup_hook(spec: Any, *, shaper: str | None = None, params: Mapping | None = None,
-                   backend: str | None = None) -> Callable[[], None]:
+                   backend: str | None = None, prompt_key: str | None = None) -> Callable[[], None]:
     """A Ray `worker_process_setup_hook` that puts the hook in place of OpenRLHF's `apply_length_penalties`
     in every worker process of the job, before any actor starts there.
 
@@ -78,7 +83,7 @@ def ray_setup_hook(spec: Any, *, shaper: str | None = None, params: Mapping | No
 
     def install_shapec_length_penalties() -> None:
         length_penalty = require("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
-        length_penalty.apply_length_penalties = length_penalty_hook(compiled, params=params)
+        length_penalty.apply_length_penalties = length_penalty_hook(compiled, params=params, prompt_key=prompt_key)
 
     return install_shapec_length_penalties
 
@@ -100,6 +105,30 @@ def _check_index(index: list, per_prompt: Any) -> None:
             raise ValueError(f"{WHERE}: sample index {i!r} {what}; the experiences' indices must number the "
                              f"{n} samples 0..{n - 1}, each once, as OpenRLHF's grouping reads them")
         seen[i] = True
+
+
+def _prompt_ids(compiled, experiences: list, key: str | None) -> list:
+    """Each sample's prompt key, in batch order: its prompt text, or its info entry `key` (an
+    integral number as an int, as a prompt number is)."""
+    if key is None:
+        for k, exp in enumerate(experiences):
+            if len(exp.prompts) != len(exp.rewards):
+                raise no_prompt_key(compiled, WHERE, f"experience {k} holds {len(exp.prompts)} prompts for "
+                                                     f"{len(exp.rewards)} samples (OpenRLHF's samples generator "
+                                                     f"records each sample's prompt text in Experience.prompts): "
+                                                     f"fill it, or pass prompt_key= an info entry naming the prompt")
+        return [p if isinstance(p, str) else repr(p) for exp in experiences for p in exp.prompts]
+    lacking = next((k for k, exp in enumerate(experiences) if key not in exp.info), None)
+    if lacking is not None:
+        known = ", ".join(sorted(experiences[lacking].info)) or "none"
+        raise no_prompt_key(compiled, WHERE, f"experience {lacking} has no info entry prompt_key={key!r} (entries: "
+                                             f"{known}); a reward_func adds one by returning it in extra_logs")
+    values = [v for exp in experiences for v in _as_list(exp.info[key])]
+    return [v if isinstance(v, str) else int(v) if float(v).is_integer() else repr(float(v)) for v in values]
+
+
+def _as_list(values: Any) -> list:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
 
 
 def _info_columns(experiences: list, torch) -> dict[str, list]:

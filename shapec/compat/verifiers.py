@@ -21,14 +21,16 @@ the shaped value.
 A trace fills the spec's inputs by name: `output_tokens` (its `num_output_tokens`), `input_tokens`
 (`num_total_tokens - num_output_tokens`, prompt and tool observations), `total_tokens` and `turns`
 (`num_turns`); any other input, and metadata (one value per group), from `trace.info`. The one
-length input that none of these fills takes the output tokens.
+length input that none of these fills takes the output tokens. A spec that keeps state per prompt
+(`hapo.hapo_tracked`) keys it by `trace.task.key`, the stable task identity verifiers records on
+every trace (the content hash of the task's data unless the Task class overrides `key`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from ._groups import Shaped, resolve_shaper, shape_by_group, spec_inputs, spec_metas
+from ._groups import Shaped, no_prompt_key, resolve_shaper, shape_by_group, spec_inputs, spec_metas
 
 WHERE = "shapec.compat.verifiers"
 TRACE_COLUMNS: dict[str, Callable[[Any], float]] = {
@@ -53,7 +55,17 @@ def shape_traces(shaper: Any, traces: Sequence, params: Mapping | None = None, w
             columns[name] = [trace.info[name] for trace in traces]
     return shape_by_group(shaper, [trace.reward for trace in traces], [0] * len(traces),
                           lengths=[trace.num_output_tokens for trace in traces], columns=columns, params=params,
-                          where=where)
+                          where=where, prompt_ids=_task_keys(shaper, traces, where) if shaper.prompt_states else None)
+
+
+def _task_keys(shaper: Any, traces: Sequence, where: str) -> list[str]:
+    """Each trace's `task.key`: verifiers' own name for the task across runs (a trace's and an
+    episode's ids are new every time)."""
+    lacking = next((trace for trace in traces if trace.task.key is None), None)
+    if lacking is not None:
+        raise no_prompt_key(shaper, where, f"trace {lacking.id!r} has no task.key, which verifiers records from "
+                                           f"Task.key when it runs a task: build its TraceTask with key=")
+    return [trace.task.key for trace in traces]
 
 
 def shape_episode(episode: Any, spec: Any, *, shaper: str | None = None, params: Mapping | None = None,

@@ -18,7 +18,10 @@ reads (it leaves a fully masked response out of every loss mode).
 
 verl hands an estimator only tensors and the uid, so a spec input that is not the one length (a
 second length, a flag) or its metadata comes from the batch's `non_tensor_batch` through
-`with_columns`, which wraps verl's `compute_advantage`.
+`with_columns`, which wraps verl's `compute_advantage`. So does the prompt key of a spec that keeps
+state per prompt (`hapo.hapo_tracked`): the uid is drawn afresh for every prompt at every step, so
+the key is the dataset row's `extra_info["index"]`, which verl's data preprocessing writes and
+every sample of the batch carries to the advantage step.
 """
 
 from __future__ import annotations
@@ -28,7 +31,9 @@ import difflib
 import functools
 from typing import Any, Callable, Mapping
 
-from ._groups import require, resolve_shaper, shape_by_group, spec_inputs, spec_metas
+import numpy as np
+
+from ._groups import no_prompt_key, require, resolve_shaper, shape_by_group, spec_inputs, spec_metas
 
 WHERE = "shapec.compat.verl"
 BASES = ("grpo", "rloo")
@@ -61,12 +66,47 @@ def _columns(compiled) -> dict[str, list]:
     return {name: list(batch[name]) for name in names if name in batch}
 
 
+def _prompt_ids(compiled, key: str, where: str) -> list:
+    """Each sample's prompt: its `extra_info[key]`, else the batch's column `key` (an entry a
+    `compute_score` returns, say). Not the column `index`: verl's dataset fills it with 0 for a row
+    whose extra_info has none, which would make every prompt one."""
+    batch = _BATCH_COLUMNS.get()
+    if batch is None:
+        raise no_prompt_key(compiled, where, "verl hands an estimator only the uid, which is new at every step: "
+                                             "wrap verl's compute_advantage with with_columns, as for columns "
+                                             "(docs/trainers.md, verl), so that it reads each sample's extra_info")
+    infos = batch.get("extra_info")
+    if infos is not None and len(infos) and all(isinstance(info, Mapping) and key in info for info in infos):
+        return [_as_key(info[key]) for info in infos]
+    if key in batch and key != "index":
+        return [_as_key(value) for value in batch[key]]
+    found = "the batch has no extra_info"
+    if infos is not None and len(infos):
+        lacking = next(i for i, info in enumerate(infos) if not (isinstance(info, Mapping) and key in info))
+        found = f"sample {lacking}'s extra_info has no {key!r}"
+    found += (" (verl's dataset then numbers the row 0, so the column 'index' names no prompt)" if key == "index"
+              else f", and the batch has no column {key!r} (columns: {', '.join(sorted(batch))})")
+    raise no_prompt_key(compiled, where, f"{found}: give "
+                                         f"every dataset row extra_info={{'{key}': <the row's number>}}, as verl's "
+                                         f"data preprocessing scripts do, or pass prompt_key= an extra_info entry "
+                                         f"or non_tensor_batch column naming the prompt")
+
+
+def _as_key(value: Any) -> str | int:
+    """A prompt key as the shaper's state table holds it: a string or an integer as it is, any other
+    value (a float index, a list of messages) as its repr, which is the same at every step."""
+    if isinstance(value, (str, int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return value
+    return repr(value)
+
+
 def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = None, params: Mapping | None = None,
-                                 base: str = "grpo", backend: str | None = None) -> Callable:
+                                 base: str = "grpo", backend: str | None = None, prompt_key: str = "index") -> Callable:
     """Register `name` with verl's `register_adv_est` and return the estimator.
 
     The estimator keeps the shaper's metrics of its last call in `.last_metrics` (verl's estimator
-    interface has no metrics channel).
+    interface has no metrics channel). A spec with a state kept per prompt keys it by each sample's
+    `extra_info[prompt_key]` (or a non_tensor_batch column of that name), read through `with_columns`.
     """
     if base not in BASES:
         close = difflib.get_close_matches(str(base), BASES, n=1)
@@ -82,9 +122,11 @@ def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = N
             raise ValueError(f"{WHERE}: estimator {name!r} needs the uid index of each response to form groups")
         scores = token_level_rewards.sum(dim=-1)
         lengths = response_mask.sum(dim=-1)
+        where = f"{WHERE} ({name})"
         shaped = shape_by_group(compiled, scores.detach().double().cpu().numpy(), list(index),
                                 lengths=lengths.detach().double().cpu().numpy(), params=params,
-                                columns=_columns(compiled), where=f"{WHERE} ({name})")
+                                columns=_columns(compiled), where=where,
+                                prompt_ids=_prompt_ids(compiled, prompt_key, where) if compiled.prompt_states else None)
         change = torch.as_tensor(shaped.rewards, device=scores.device, dtype=torch.float64) - scores.double()
         # the last response token of each row; verl's outcome estimators read only the sum per row
         last = response_mask.shape[-1] - 1 - response_mask.flip(-1).int().argmax(dim=-1)
@@ -103,5 +145,6 @@ def register_advantage_estimator(name: str, spec: Any, *, shaper: str | None = N
 
     estimator.__name__ = f"shapec_{compiled.name}_{base}"
     estimator.last_metrics = {}
+    estimator.shaper = compiled  # its state_dict() is what a checkpoint of the run would keep
     core_algos.register_adv_est(name)(estimator)
     return estimator

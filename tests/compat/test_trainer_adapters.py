@@ -96,7 +96,7 @@ def test_openrlhf_setup_hook_refuses_a_bad_spec_in_the_driver():
 
 
 def test_lengths_and_keys_must_match_rewards():
-    with pytest.raises(ValueError, match=r"shapec: 2 group keys and 3 lengths for 3 rewards"):
+    with pytest.raises(ValueError, match=r"shapec: 2 group keys, 3 lengths for 3 rewards"):
         shape_by_group(KIMI, [1, 1, 1], [0, 0], lengths=[1, 2, 3])
     with pytest.raises(ValueError, match=r"column 'length' has 1 values for 2 rollouts"):
         shape_by_group(KIMI, [1, 1], [0, 0], lengths=[1, 2], columns={"length": [1]})

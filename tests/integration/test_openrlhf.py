@@ -10,11 +10,14 @@ import copy
 import inspect
 import types
 
+import numpy as np
 import pytest
 
 import shapec
 from shapec.compat.openrlhf import length_penalty_hook, ray_setup_hook
 
+from ..stdlib.test_hapo import MAX_LEN
+from ..stdlib.test_hapo import step as hapo_step
 from .require import need
 from .test_trl import _tokenizer
 
@@ -173,16 +176,12 @@ def _with_stand_ins(setup):
     return setup_with_stand_ins
 
 
-def test_async_trainers_experience_maker_is_shaped_by_the_ray_setup_hook(tmp_path):
-    """--train.async_enable: the driver starts PPOTrainerAsync, whose actor starts TrainingActor, whose
+def _async_maker_steps(tmp_path, setup, batches: list) -> list:
+    """Each batch of experiences through one TrainingActor's maker step, in turn (its state lives on
+    between them): the driver starts PPOTrainerAsync, whose actor starts TrainingActor, whose
     RemoteExperienceMaker calls apply_length_penalties; all OpenRLHF's own classes, in Ray workers."""
     ray = need("ray", "openrlhf")
-    torch = need("torch", "openrlhf")
-    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
     _tokenizer().save_pretrained(tmp_path)  # the trainers load the policy's tokenizer from its path
-    experiences = _experiences(torch, micro_batch=3)
-    for e in experiences:
-        e.kl = torch.zeros(e.action_mask.shape)  # make_experience_batch sets it; the KL coefficient is 0
 
     def make(trainer, experiences):
         """In TrainingActor's process: its maker's step, and where its apply_length_penalties comes from."""
@@ -191,7 +190,8 @@ def test_async_trainers_experience_maker_is_shaped_by_the_ray_setup_hook(tmp_pat
         out = trainer.experience_maker.compute_advantages_and_returns(experiences)
         cls = next(c for c in type(trainer).__mro__ if c.__module__.startswith("openrlhf"))
         return (f"{cls.__module__}.{cls.__qualname__}", experience_maker.apply_length_penalties.__module__,
-                [r for e in out for r in e.rewards.tolist()], [r for e in out for r in e.info["return"].tolist()])
+                [i for e in out for i in e.index], [r for e in out for r in e.rewards.tolist()],
+                [r for e in out for r in e.info["return"].tolist()])
 
     @ray.remote(num_cpus=0)
     class Driver:  # train_ppo_ray.train's part
@@ -207,18 +207,101 @@ def test_async_trainers_experience_maker_is_shaped_by_the_ray_setup_hook(tmp_pat
             training = ray.get(self.trainer.__ray_call__.remote(lambda trainer: trainer.trainer_actor))
             return ray.get(training.__ray_call__.remote(make, experiences))
 
-    setup = ray_setup_hook("miles", shaper="length_penalty", params={"coeff": 1.0}, backend="interpreter")
     ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False, configure_logging=False,
              runtime_env={"worker_process_setup_hook": _with_stand_ins(setup)})
     try:
-        trainer, module, rewards, returns = ray.get(Driver.remote(_trainer_args(N), str(tmp_path)).make.remote(
-            experiences))
+        driver = Driver.remote(_trainer_args(N), str(tmp_path))
+        return [ray.get(driver.make.remote(experiences)) for experiences in batches]
     finally:
         ray.shutdown()
+
+
+def _group_norm(rewards) -> list:
+    """OpenRLHF's group_norm of rewards in index order."""
+    groups = np.asarray(rewards, dtype=float).reshape(-1, N)
+    return ((groups - groups.mean(1, keepdims=True)) / (groups.std(1, ddof=1, keepdims=True) + 1e-9)).ravel().tolist()
+
+
+def test_async_trainers_experience_maker_is_shaped_by_the_ray_setup_hook(tmp_path):
+    torch = need("torch", "openrlhf")
+    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    experiences = _experiences(torch, micro_batch=3)
+    for e in experiences:
+        e.kl = torch.zeros(e.action_mask.shape)  # make_experience_batch sets it; the KL coefficient is 0
+    setup = ray_setup_hook("miles", shaper="length_penalty", params={"coeff": 1.0}, backend="interpreter")
+    [(trainer, module, _, rewards, returns)] = _async_maker_steps(tmp_path, setup, [experiences])
     assert (trainer, module) == ("openrlhf.trainer.ppo_trainer_async.TrainingActor", "shapec.compat.openrlhf")
     shaped = shapec.load("miles", backend="interpreter").length_penalty(
         REWARDS, group_size=N, channels={"loss_tokens": LENGTHS}, params={"coeff": 1.0}).rewards
     assert rewards == pytest.approx(shaped.tolist(), abs=1e-7)
-    groups = shaped.reshape(-1, N)  # then OpenRLHF's group_norm of the shaped rewards
-    normalised = (groups - groups.mean(1, keepdims=True)) / (groups.std(1, ddof=1, keepdims=True) + 1e-9)
-    assert returns == pytest.approx(normalised.ravel().tolist(), abs=1e-6)
+    assert returns == pytest.approx(_group_norm(shaped), abs=1e-6)  # then group_norm of the shaped rewards
+
+
+HAPO = {"w_lr": 1.0, "type_lr": "cosine", "mode": "min"}
+STEPS = [["p", "q", "r"], ["r", "s", "p"], ["q", "p", "t", "r"]]  # prompts recur, at other indices
+
+
+def _hapo_steps(torch, seed=3):
+    """Three rollout batches as OpenRLHF's samples generator leaves them (sample `i` of prompt `i // N`,
+    its prompt text in `prompts`), merged into micro-batches that arrive out of order, and what HAPO's
+    training loop gives each sample (by index) at each step."""
+    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf").Experience
+    rng = np.random.default_rng(seed)
+    lens, counts = {p: MAX_LEN for p in "pqrst"}, {p: 0 for p in "pqrst"}
+    batches, expected = [], []
+    for chosen in STEPS:
+        keys = [p for p in chosen for _ in range(N)]
+        correct = (rng.random(len(keys)) < 0.7).astype(float).tolist()
+        lengths = rng.integers(2, 40, len(keys)).tolist()
+        expected.append(hapo_step(lens, counts, keys, correct, lengths, HAPO["w_lr"], HAPO["type_lr"],
+                                  HAPO["mode"])[0])
+        samples = [Experience(sequences=torch.ones(1, n + 2, dtype=torch.long),
+                              action_mask=torch.ones(1, n, dtype=torch.bool), rewards=torch.tensor([r]),
+                              response_length=torch.tensor([float(n)]), index=[i], prompts=[f"Question {p}?"],
+                              info={"reward": torch.tensor([r])}, kl=torch.zeros(1, n))
+                   for i, (p, r, n) in enumerate(zip(keys, correct, lengths))]
+        merged = [Experience.concat_experiences(samples[i:i + 5], 0) for i in range(0, len(samples), 5)]
+        batches.append(merged[::-1])
+    return batches, expected, lens
+
+
+def test_hapo_tracked_follows_each_prompt_by_its_text_across_steps():
+    torch = need("torch", "openrlhf")
+    batches, expected, lens = _hapo_steps(torch)
+    hook = length_penalty_hook(shapec.load("hapo", backend="interpreter").hapo_tracked, params=HAPO)
+    for experiences, want in zip(batches, expected):
+        hook(experiences, _args())
+        got = {i: r for e in experiences for i, r in zip(e.index, e.rewards.tolist())}
+        assert [got[i] for i in range(len(want))] == pytest.approx(want, abs=1e-6)
+    assert any(lens[p] < MAX_LEN for p in "pqrst")  # a history formed, so later steps were shaped by it
+
+
+def test_hapo_tracked_keeps_its_history_in_the_async_trainers_maker_across_steps(tmp_path):
+    torch = need("torch", "openrlhf")
+    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    batches, expected, _ = _hapo_steps(torch, seed=5)
+    setup = ray_setup_hook("hapo", shaper="hapo_tracked", params=HAPO, backend="interpreter")
+    for (_, module, index, rewards, returns), want in zip(_async_maker_steps(tmp_path, setup, batches), expected):
+        assert module == "shapec.compat.openrlhf"
+        by_index = dict(zip(index, zip(rewards, returns)))
+        assert [by_index[i][0] for i in range(len(want))] == pytest.approx(want, abs=1e-6)
+        assert [by_index[i][1] for i in range(len(want))] == pytest.approx(_group_norm(want), abs=1e-5)
+
+
+def test_a_prompt_key_may_be_an_info_entry_and_a_missing_key_is_named():
+    torch = need("torch", "openrlhf")
+    hapo = shapec.load("hapo", backend="interpreter").hapo_tracked
+    experiences = _experiences(torch, micro_batch=4)
+    for e in experiences:
+        e.info["prompt_idx"] = torch.tensor([float(i // N + 40) for i in e.index])  # a reward_func's extra_logs
+    length_penalty_hook(hapo, prompt_key="prompt_idx")(experiences, _args())
+    assert set(hapo.state_dict()["hapo_tracked"]["history"]) == {40, 41, 42}
+    with pytest.raises(ValueError, match=r"^shapec\.compat\.openrlhf: 'hapo_tracked' keeps hapo_tracked\.history, "
+                                         r"hapo_tracked\.seen per prompt, .*experience 0 has no info entry "
+                                         r"prompt_key='prompt_id' \(entries: prompt_idx, reward\)"):
+        length_penalty_hook(hapo, prompt_key="prompt_id")(experiences, _args())
+    for e in experiences:
+        e.prompts = []
+    with pytest.raises(ValueError, match=r"experience 0 holds 0 prompts for 4 samples \(OpenRLHF's samples generator "
+                                         r"records each sample's prompt text in Experience\.prompts\)"):
+        length_penalty_hook(hapo)(experiences, _args())

@@ -20,7 +20,7 @@ import pytest
 import shapec
 from shapec.compat.prime_rl import grpo_algorithm
 
-from .test_verifiers import episode
+from .test_verifiers import HAPO, TASKS, episode, hapo_rounds
 
 WEIGHTS = {"output_weight": 0.25, "input_weight": 0.1, "turns_weight": 0.1}
 
@@ -144,3 +144,15 @@ def test_prime_rls_own_length_penalty_set_beside_the_spec_is_refused():
     cls = grpo_algorithm("prime_rl", shaper="linear_length")
     with pytest.raises(ValueError, match=r"algo.length_penalty is set.*prime_rl.linear_length"):
         cls(types.SimpleNamespace(length_penalty=types.SimpleNamespace(num_output_tokens_weight=0.1)), None)
+
+
+def test_hapo_tracked_keeps_each_tasks_history_across_groups():
+    """The orchestrator scores each task's group on its own, round after round: the advantages are
+    GRPO's on HAPO's rewards, with the history kept per task by the traces' task.key."""
+    algo = grpo_algorithm("hapo", shaper="hapo_tracked", params=HAPO, backend="interpreter")(
+        types.SimpleNamespace(length_penalty=None), policy_pool=None)
+    for tasks in hapo_rounds(seed=12, attempts=4):
+        for t, attempts in tasks:
+            shaped = np.array([e for _, _, e in attempts])
+            group = [episode(r, [n], task=TASKS[t]) for r, n, _ in attempts]
+            assert score(algo, group) == pytest.approx((shaped - shaped.mean()).tolist(), abs=1e-9)

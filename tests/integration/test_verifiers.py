@@ -11,14 +11,18 @@ import pytest
 import shapec
 from shapec.compat.verifiers import shape_episode
 
+from ..stdlib.test_hapo import MAX_LEN
+from ..stdlib.test_hapo import step as hapo_step
 from .require import need
 
 vf = need("verifiers.v1", "verifiers")
 
 
-def episode(reward: float, sampled: list[int], observed: list[int] = (), ok: bool = True, info: dict | None = None):
+def episode(reward: float, sampled: list[int], observed: list[int] = (), ok: bool = True, info: dict | None = None,
+            task=None):
     """One trace: a prompt token, then each model turn's sampled tokens followed by an observation
-    (tool output) of `observed[turn]` tokens; the last call reports the usage."""
+    (tool output) of `observed[turn]` tokens; the last call reports the usage. With a verifiers
+    `Task`, the trace records it as verifiers' rollout does (its key and hash)."""
     nodes, calls, next_id = [], [], 0
 
     def add(message, n: int, sampled_node: bool) -> None:
@@ -36,7 +40,9 @@ def episode(reward: float, sampled: list[int], observed: list[int] = (), ok: boo
             calls.append(vf.ModelCall(node=len(nodes) - 1, usage=usage))
         if turn < len(observed):
             add(vf.ToolMessage(content="t", tool_call_id="x"), observed[turn], False)
-    trace = vf.Trace[vf.TaskData](task=vf.TraceTask(type="Task", data=vf.TaskData(idx=0, prompt=None)),
+    recorded = vf.TraceTask(type="Task", data=vf.TaskData(idx=0, prompt=None)) if task is None else \
+        vf.TraceTask(type=type(task).__name__, data=task.data, key=task.key, hash=task.hash)
+    trace = vf.Trace[vf.TaskData](task=recorded,
                                   agent=vf.AgentInfo(config=vf.AgentConfig()), nodes=nodes, calls=calls,
                                   rewards={"reward": vf.Reward(score=reward)}, ok=ok, info=info or {})
     return vf.Episode(env=vf.EnvInfo(id="env", name="env"), task=trace.task, group=vf.GroupInfo(id="group"),
@@ -97,3 +103,40 @@ def test_an_episode_is_not_shaped_twice_under_one_name():
     with pytest.raises(ValueError, match="already has a reward named 'shapec'"):
         shape_episode(ep, "kimi", shaper="kimi_length")
     assert np.isfinite([t.reward for t in ep.traces]).all()
+
+
+HAPO = {"w_lr": 1.0, "type_lr": "cosine", "mode": "min"}
+STEPS = [[0, 1, 2], [2, 3, 0], [1, 0, 4, 2]]  # tasks recur, in another order
+TASKS = [vf.Task(vf.TaskData(idx=i, prompt=f"question {i}")) for i in range(5)]
+
+
+def hapo_rounds(seed: int, attempts: int):
+    """Three rounds of `attempts` attempts at each chosen task, and HAPO's training loop's reward of
+    each attempt, the history kept per task (HCY123902/HAPO's table, transcribed in tests/stdlib)."""
+    rng = np.random.default_rng(seed)
+    lens, counts = {t: MAX_LEN for t in range(5)}, {t: 0 for t in range(5)}
+    for chosen in STEPS:
+        keys = [t for t in chosen for _ in range(attempts)]
+        correct = (rng.random(len(keys)) < 0.7).astype(float).tolist()
+        lengths = rng.integers(2, 40, len(keys)).tolist()
+        expected = hapo_step(lens, counts, keys, correct, lengths, HAPO["w_lr"], HAPO["type_lr"], HAPO["mode"])[0]
+        yield [(t, [(correct[i], lengths[i], expected[i]) for i in range(len(keys)) if keys[i] == t])
+               for t in chosen]
+    assert any(lens[t] < MAX_LEN for t in range(5))  # a history formed, so later rounds were shaped by it
+
+
+def test_hapo_tracked_follows_each_task_by_its_key_across_episodes():
+    hapo = shapec.load("hapo", backend="interpreter").hapo_tracked
+    for tasks in hapo_rounds(seed=11, attempts=3):
+        for t, attempts in tasks:
+            ep = best_of_n(*(episode(r, [n], task=TASKS[t]) for r, n, _ in attempts))
+            shape_episode(ep, hapo, params=HAPO)
+            assert [trace.reward for trace in ep.traces] == pytest.approx([e for _, _, e in attempts], abs=1e-9)
+    assert set(hapo.state_dict()["hapo_tracked"]["history"]) == {task.key for task in TASKS}
+
+
+def test_a_trace_without_a_task_key_is_named():
+    ep = best_of_n(episode(1.0, [12]), episode(1.0, [30]))
+    with pytest.raises(ValueError, match=r"^shapec\.compat\.verifiers: 'hapo_tracked' keeps hapo_tracked\.history, "
+                                         r"hapo_tracked\.seen per prompt, .*trace '\w+' has no task\.key"):
+        shape_episode(ep, "hapo", shaper="hapo_tracked")

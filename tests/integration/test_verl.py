@@ -1,11 +1,15 @@
 """verl: the registered estimator through verl's own compute_advantage on a real DataProto."""
 
+import uuid
+
 import numpy as np
 import pytest
 
 import shapec
 from shapec.compat.verl import register_advantage_estimator, with_columns
 
+from ..stdlib.test_hapo import MAX_LEN
+from ..stdlib.test_hapo import step as hapo_step
 from .require import need
 
 LENGTHS = [5, 9, 3, 7, 4, 8, 6, 2, 9]
@@ -145,3 +149,82 @@ def test_the_rollouts_a_shaper_drops_leave_the_group_and_the_loss():
     rows_sum = (advantages * mask).sum(-1).numpy() / np.maximum(mask.sum(-1).numpy(), 1)
     np.testing.assert_allclose(rows_sum, expected, rtol=1e-5, atol=1e-5)
     assert torch.equal(advantages[torch.as_tensor(~kept)], torch.zeros_like(advantages[torch.as_tensor(~kept)]))
+
+
+HAPO = {"w_lr": 1.0, "type_lr": "cosine"}
+STEPS = [[10, 11, 12], [12, 13, 10], [11, 10, 14, 12]]  # dataset indices: prompts recur, elsewhere in the batch
+
+
+def _hapo_batch(torch, prompts, correct, lengths, extra_info=True, columns=None):
+    """One step's batch as verl's PPO trainer hands it to compute_advantage: `rollout.n` responses per
+    prompt, shuffled (balance_batch reorders), a fresh uid per prompt and the dataset row's extra_info."""
+    verl = need("verl", "verl")
+    n = len(correct)
+    width = max(lengths) + 1
+    mask, rewards = torch.zeros(n, width), torch.zeros(n, width)
+    for i, (length, r) in enumerate(zip(lengths, correct)):
+        mask[i, :length] = 1
+        rewards[i, length - 1] = r
+    uids = {p: str(uuid.uuid4()) for p in dict.fromkeys(prompts)}
+    non_tensors = {"uid": np.array([uids[p] for p in prompts], dtype=object), **(columns or {})}
+    if extra_info:
+        non_tensors["extra_info"] = np.array([{"index": p, "split": "train"} for p in prompts], dtype=object)
+    return verl.DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
+                                    non_tensors=non_tensors)
+
+
+@pytest.mark.parametrize("backend,mode", [("interpreter", "min"), ("numba", "mean")])
+def test_hapo_tracked_keeps_each_prompts_history_across_steps_by_its_dataset_index(backend, mode):
+    """Three steps through verl's compute_advantage: the rewards are HAPO's training loop's, whose
+    history table follows each prompt by its dataset index (the uid changes at every step)."""
+    torch = need("torch", "verl")
+    ray_trainer = need("verl.trainer.ppo.ray_trainer", "verl")
+    config = need("verl.trainer.config", "verl").AlgoConfig(adv_estimator="x", norm_adv_by_std_in_grpo=True)
+    name = f"shapec_test_hapo_{backend}_{mode}"
+    estimator = register_advantage_estimator(name, shapec.load("hapo", backend=backend).hapo_tracked,
+                                             params={**HAPO, "mode": mode})
+    compute = with_columns(ray_trainer.compute_advantage)
+    rng = np.random.default_rng(7)
+    lens, counts = {p: MAX_LEN for p in range(10, 15)}, {p: 0 for p in range(10, 15)}
+    for chosen in STEPS:
+        prompts = [p for p in chosen for _ in range(3)]
+        rng.shuffle(prompts)
+        correct = (rng.random(len(prompts)) < 0.7).astype(int).tolist()
+        lengths = rng.integers(2, 40, len(prompts)).tolist()
+        shaped, _ = hapo_step(lens, counts, prompts, correct, lengths, HAPO["w_lr"], HAPO["type_lr"], mode)
+        data = compute(_hapo_batch(torch, prompts, correct, lengths), adv_estimator=name, config=config)
+        expected = np.zeros(len(prompts))
+        for p in chosen:
+            rows = [i for i, q in enumerate(prompts) if q == p]
+            r = np.array([shaped[i] for i in rows])
+            expected[rows] = (r - r.mean()) / (r.std(ddof=1) + 1e-6)
+        advantages, mask = data.batch["advantages"], data.batch["response_mask"]
+        np.testing.assert_allclose((advantages * mask).sum(-1).numpy() / mask.sum(-1).numpy(), expected,
+                                   rtol=1e-5, atol=1e-5)
+    history = estimator.shaper.state_dict()["hapo_tracked"]["history"]
+    assert history == {p: float(lens[p]) for p in range(10, 15) if p in history} and set(history) == set(range(10, 15))
+    assert any(lens[p] < MAX_LEN for p in history)  # a history formed, so later steps were shaped by it
+
+
+def test_a_prompt_key_may_be_a_column_and_a_missing_one_is_named():
+    torch = need("torch", "verl")
+    ray_trainer = need("verl.trainer.ppo.ray_trainer", "verl")
+    config = need("verl.trainer.config", "verl").AlgoConfig(adv_estimator="x")
+    hapo = shapec.load("hapo", backend="interpreter").hapo_tracked
+    prompts, correct, lengths = ["a", "a", "b", "b"], [1, 0, 1, 1], [5, 9, 4, 6]
+    register_advantage_estimator("shapec_test_hapo_key", hapo, prompt_key="question_id")
+    register_advantage_estimator("shapec_test_hapo_index", hapo)
+    compute = with_columns(ray_trainer.compute_advantage)
+    ids = {"question_id": np.array(prompts, dtype=object)}  # e.g. an entry a compute_score function returns
+    compute(_hapo_batch(torch, prompts, correct, lengths, extra_info=False, columns=ids),
+            adv_estimator="shapec_test_hapo_key", config=config)
+    assert set(hapo.state_dict()["hapo_tracked"]["history"]) == {"a", "b"}
+    with pytest.raises(ValueError, match=r"^shapec\.compat\.verl \(shapec_test_hapo_index\): 'hapo_tracked' keeps "
+                                         r"hapo_tracked\.history, hapo_tracked\.seen per prompt, .*the batch has no "
+                                         r"extra_info .*give every dataset row extra_info=\{'index': "):
+        compute(_hapo_batch(torch, prompts, correct, lengths, extra_info=False), adv_estimator="shapec_test_hapo_index",
+                config=config)
+    with pytest.raises(ValueError, match=r"only the uid, which is new at every step: wrap verl's compute_advantage "
+                                         r"with with_columns"):
+        ray_trainer.compute_advantage(_hapo_batch(torch, prompts, correct, lengths),
+                                      adv_estimator="shapec_test_hapo_index", config=config)
