@@ -15,8 +15,9 @@ KIMI = shapec.load("kimi", backend="interpreter").kimi_length
 
 def test_importing_shapec_imports_no_trainer():
     code = ("import sys, shapec, shapec.compat, shapec.compat._groups, shapec.compat.trl, shapec.compat.verl, "
-            "shapec.compat.openrlhf, shapec.compat.miles; "
-            "print(sorted(m for m in ('trl', 'verl', 'openrlhf', 'torch', 'ray', 'accelerate', 'transformers') "
+            "shapec.compat.openrlhf, shapec.compat.miles, shapec.compat.skyrl; "
+            "print(sorted(m for m in ('trl', 'verl', 'openrlhf', 'skyrl_train', 'torch', 'ray', 'accelerate', "
+            "'transformers') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
