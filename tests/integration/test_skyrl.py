@@ -245,3 +245,11 @@ def _batch_of(trainer, step_wise=False):
     data = trainer.convert_to_training_input(output, list(UIDS))
     data["values"] = None
     return data
+
+
+def test_a_spec_with_inputs_the_batch_does_not_carry_is_named():
+    trainer = _trainer(**{"trainer.algorithm.advantage_estimator": "shapec_test_nemo"})
+    register_advantage_estimator("shapec_test_nemo", "nemo_rl", shaper="length_penalty", backend="interpreter")
+    with pytest.raises(ValueError, match=r"\(shapec_test_nemo\): the spec has several length inputs without a "
+                                         r"column \(reasoning, answer\)"):
+        _advantages(trainer, UIDS, CORRECT, TURNS)
