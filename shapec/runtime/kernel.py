@@ -114,7 +114,7 @@ class Kernel:
         """Run kernel `fn` (for_params' choice for `packed`) on a validated batch; `entering`: each
         per-prompt state's (G,) values as the call's prompts enter it."""
         ir = self.ir
-        n, G = batch.n, batch.groups
+        n, G = len(batch.rewards), len(batch.offsets) - 1
         if not training:
             skip = np.full(G, ir.skip_reasons.index("validation"), dtype=np.int64)
             return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms} if breakdown else {},

@@ -349,7 +349,7 @@ class CompiledShaper:
         if batch.absent and batch.groups:
             self._refuse_absent(batch, bound)
         keys = prompt_keys(prompts, batch.groups) if prompts is not None else None
-        if keys is None and self.prompt_states:
+        if keys is None and self._states.per_prompt:
             raise BatchError(f"prompts: {self.name!r} keeps {', '.join(self.prompt_states)} per prompt; pass "
                              f"prompts=, one key per group (the id of the group's prompt)")
         with self._lock:
