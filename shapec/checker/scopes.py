@@ -259,9 +259,9 @@ class ScopesPass:
                     return node, ""
                 if b.kind in ("let", "gate") and b.defn is not None:
                     return self.batch_operand(b.defn)
-                what = "gate decided by rules" if b.kind == "gate" else b.kind
-                return None, (f"{what} {node.attr[1]!r} is made in the group step, after every batch value "
-                              "is known, so a batch reduction cannot read it")
+                what = f"{b.kind} {node.attr[1]!r}" + (" (decided by rules)" if b.kind == "gate" else "")
+                return None, (f"{what} is made in the group step, after every batch value is known, so a batch "
+                              "reduction cannot read it")
             args = []
             for a in node.args:
                 free, why = self.batch_operand(a)
