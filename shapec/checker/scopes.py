@@ -227,8 +227,8 @@ class ScopesPass:
     def group_free(self, node: Node) -> Node | None:
         """The node with rollout-level lets and gates inlined, or None if it needs group values.
 
-        Batch reductions and skips run before the group loop, so whatever they read must be
-        computable from inputs, channels, the reward and params alone.
+        Channels, skips and a state's batch reductions are computed before any group is shaped, so
+        whatever they read must come from inputs, channels, the reward and params alone.
         """
         if node.op is Op.REDUCE or (node.op is Op.REF and node.ty.level == GROUP):
             return None
