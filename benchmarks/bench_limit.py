@@ -24,7 +24,10 @@ repository), that is said too.
 
 With --families, it then times the kernel alone against the hand kernel at 512 x 16 with one
 algorithm family on at a time (and none, and all), after checking each family's kernel against the
-hand kernel on that batch: where the gap is.
+hand kernel on that batch. The hand kernel is one kernel for every params (it tests each family's
+params per group and always pays its shared passes: the first pass, zeroing its term rows, the top
+reward's sort, the last pass), while each generated variant is compiled for its params, so with one
+family on the generated kernel is far ahead; "all" is the like-for-like figure.
 
 Run: python benchmarks/bench_limit.py [--workload mixed|heavy|both] [--check 300] [--repeat 30] [--families]
 """
