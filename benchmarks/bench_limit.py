@@ -24,10 +24,12 @@ repository), that is said too.
 
 With --families, it then times the kernel alone against the hand kernel at 512 x 16 with one
 algorithm family on at a time (and none, and all), after checking each family's kernel against the
-hand kernel on that batch. The hand kernel is one kernel for every params (it tests each family's
-params per group and always pays its shared passes: the first pass, zeroing its term rows, the top
-reward's sort, the last pass), while each generated variant is compiled for its params, so with one
-family on the generated kernel is far ahead; "all" is the like-for-like figure.
+hand kernel on that batch, and what each family adds to the run with all eight on (all against all
+but that family, for each kernel). The hand kernel is one kernel for every params (it tests each
+family's params per group and always pays its shared passes: the first pass, zeroing its term
+rows, the top reward's sort, the last pass), while each generated variant is compiled for its
+params, so with one family on the generated kernel is far ahead; "all", and what each family adds
+to it, are the like-for-like figures.
 
 Run: python benchmarks/bench_limit.py [--workload mixed|heavy|both] [--check 300] [--repeat 30] [--families]
 """
@@ -188,24 +190,40 @@ def timings(shaper, workload: str, p: dict, repeat: int) -> None:
 
 def families(shaper, workload: str, repeat: int) -> None:
     """The kernel alone against the hand kernel (no breakdown), one algorithm family on at a time,
-    each family's kernel first checked against the hand kernel on the batch timed."""
+    and what each family adds to the run with all eight on: all against all but that family, the
+    hand kernel's and the generated kernel's (each kernel first checked against the hand kernel on
+    the batch timed)."""
     b = batch_for(workload, np.random.default_rng(7), 512, 16)
     ha = hand_args(b)
     base = HEAVY if workload == "heavy" else ALL_ON
-    print(f"{workload} workload, 512 x 16, kernel alone / hand kernel, one algorithm family on ({load()}):")
-    for name, keys in FAMILIES.items():
-        p = {key: v for key, v in base.items() if key in keys or key not in ALL_ON}
+
+    def pair(p: dict) -> tuple:
+        """(hand, kernel) timed callables for params p, the kernel compiled and checked for them."""
         pv, gb = hand.param_vector(validate_params(shaper.ir, p))
-        shaper = fresh(shaper)  # compiled for this family, as a run with these params would compile it
-        bad = differences(shaper, b, p)
+        own = fresh(shaper)  # compiled for these params, as a run with them would compile it
+        bad = differences(own, b, p)
         if bad:
-            raise SystemExit(f"{name}: hand kernel differs from shapec ({', '.join(bad)})")
-        fns = {"hand": lambda: run_hand(ha, pv, gb, False), "kernel": kernel_call(shaper, b, p)}
+            raise SystemExit(f"{sorted(p)}: hand kernel differs from shapec ({', '.join(bad)})")
+        return (lambda: run_hand(ha, pv, gb, False)), kernel_call(own, b, p)
+
+    every = pair(base)
+    print(f"{workload} workload, 512 x 16, no breakdown ({load()}): one family on (kernel / hand), "
+          "and what the family adds to all eight on (all - all but it)")
+    for name, keys in FAMILIES.items():
+        alone = pair({key: v for key, v in base.items() if key in keys or key not in ALL_ON})
+        but = pair({key: v for key, v in base.items() if key not in keys}) if name not in ("nothing", "all") else None
+        fns = {"hand": alone[0], "kernel": alone[1]}
+        if but:
+            fns |= {"hand all": every[0], "kernel all": every[1], "hand but": but[0], "kernel but": but[1]}
         for fn in fns.values():
             fn()
         t = interleaved(fns, repeat, 20)
-        print(f"  {name:24} hand {t['hand'] * 1e6:8.1f} us | kernel {t['kernel'] * 1e6:8.1f} us | "
-              f"{t['kernel'] / t['hand']:5.2f}x")
+        line = (f"  {name:24} hand {t['hand'] * 1e6:7.1f} us | kernel {t['kernel'] * 1e6:7.1f} us | "
+                f"{t['kernel'] / t['hand']:5.2f}x")
+        if but:
+            line += (f" | adds: hand {(t['hand all'] - t['hand but']) * 1e6:6.1f} us, "
+                     f"kernel {(t['kernel all'] - t['kernel but']) * 1e6:6.1f} us")
+        print(line)
 
 
 def nemo_rl_reference():
