@@ -141,7 +141,7 @@ class Kernel:
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
-            dict(zip(self.state_names, state_out.tolist())), kept[0] if kept else None,
+            dict(zip(self.state_names, state_out.tolist())) if self.state_names else {}, kept[0] if kept else None,
             dict(zip(self.prompt_state_names, prompt_out[0])) if prompt_out else {})
 
 
