@@ -1,27 +1,37 @@
 """How far shapec's `nemo_rl.length_penalty` is from a hand-written numba kernel (benchmarks/hand_nemo_rl.py).
 
-First checks, on random batches (every algorithm on or off, missing bands, empty profiles, graded
-and low-effort groups, random gate settings), that the hand kernel's rewards, metrics, terms,
-factors, skip and gate codes are bit-identical to the compiled shaper's. Then times, interleaved
-in one process, the median of repeats of:
+Two workloads (limit_workloads.py): `mixed`, random batches that reach every branch (every
+algorithm on or off, missing bands, empty profiles, graded and low-effort groups, random gate
+settings), and `heavy`, the common heavy run of issue #34 (all eight algorithms on, realistic
+lengths, a band row on all three channels for every prompt as (G, 4) tables, 8 profiled rollouts
+per prompt). For each, it first checks on random batches of that workload that the hand kernel's
+rewards, metrics, terms, factors, skip and gate codes are bit-identical to the compiled shaper's
+(the heavy check runs the kernel specialised for the heavy params, the one timed). Then it times,
+interleaved in one process, the median of repeats of:
 
   hand      the hand kernel with a minimal validation of its inputs (finite rewards, finite
-            non-negative lengths), breakdown off: the limit
-  kernel    the generated kernel alone, on arguments prepared beforehand
+            non-negative lengths): the limit; with and without its breakdown
+  kernel    the generated kernel alone, on arguments prepared beforehand, breakdown off
   call      the whole call: shaper(rewards, group_size=..., channels=..., metadata=..., params=...,
-            breakdown=False), as the drop-ins and trainer adapters make it; and with the breakdown,
-            against the hand kernel with its breakdown
+            breakdown=False), as the drop-ins and trainer adapters make it; and with the breakdown
   hand call the hand kernel behind a call written by hand that checks what shapec's call checks
-            (benchmarks/hand_call.py): the floor of a validated call, beside shapec's
+            (benchmarks/hand_call.py): the floor of a validated call, beside shapec's; with and
+            without the breakdown
 
-at 512 x 16 and at 200,000 rollouts, and the per-call time on one group of 4. If NeMo-RL's own
-module is importable (nemo_rl.utils.length_penalty; it is not part of this repository), its ratio
-is printed too.
+at 512 x 16 and at 12,500 x 16 (200,000) rollouts, and the per-call time on one group of 4. If
+NeMo-RL's own module is importable (nemo_rl.utils.length_penalty; it is not part of this
+repository), that is said too.
 
 With --families, it then times the kernel alone against the hand kernel at 512 x 16 with one
-algorithm family on at a time (and none, and all): where the gap is.
+algorithm family on at a time (and none, and all), after checking each family's kernel against the
+hand kernel on that batch, and what each family adds to the run with all eight on (all against all
+but that family, for each kernel). The hand kernel is one kernel for every params (it tests each
+family's params per group and always pays its shared passes: the first pass, zeroing its term
+rows, the top reward's sort, the last pass), while each generated variant is compiled for its
+params, so with one family on the generated kernel is far ahead; "all", and what each family adds
+to it, are the like-for-like figures.
 
-Run: python benchmarks/bench_limit.py [--check 300] [--repeat 30] [--families]
+Run: python benchmarks/bench_limit.py [--workload mixed|heavy|both] [--check 300] [--repeat 30] [--families]
 """
 
 from __future__ import annotations
@@ -37,116 +47,22 @@ import numpy as np
 import hand_nemo_rl as hand
 import shapec
 from hand_call import HandCall
+from limit_workloads import ALL_ON, FAMILIES, HEAVY, hand_args, heavy_batch, random_batch, random_params
 from shapec.runtime.binder import make_batch
 from shapec.runtime.params import validate_params
 from shapec.runtime.shaper import CompiledShaper
 
-ALL_ON = {"reasoning_bonus": 0.05, "answer_bonus": 0.05, "total_bonus": 0.05, "longest_reasoning_penalty": 0.05,
-          "longest_answer_penalty": 0.05, "longest_total_penalty": 0.05,
-          "group_reasoning_length_penalty_coeff": 0.05, "group_answer_length_penalty_coeff": 0.05,
-          "group_total_length_penalty_coeff": 0.1, "reasoning_zmad_threshold": 2.5, "reasoning_zmad_penalty": 0.05,
-          "answer_zmad_threshold": 2.5, "answer_zmad_penalty": 0.05, "total_zmad_threshold": 2.5,
-          "total_zmad_penalty": 0.05, "profiled_length_penalty": 0.1, "profiled_length_min_samples": 2,
-          "pass_rate_length_penalty_weight": 0.1, "profile_band_total": True, "profile_band_reasoning": True,
-          "profile_band_answer": True, "group_length_penalty_profile_gate": True}
+SIZES = ((512, 16, 20), (12_500, 16, 4), (1, 4, 2000))  # groups, group size, calls per timed round
 
 
-FAMILIES = {  # the params each NeMo-RL algorithm family turns on (from ALL_ON)
-    "nothing": (),
-    "shortest bonuses": ("reasoning_bonus", "answer_bonus", "total_bonus"),
-    "longest penalties": ("longest_reasoning_penalty", "longest_answer_penalty", "longest_total_penalty"),
-    "group-relative scaling": ("group_reasoning_length_penalty_coeff", "group_answer_length_penalty_coeff",
-                               "group_total_length_penalty_coeff", "group_length_penalty_profile_gate"),
-    "zMAD": ("reasoning_zmad_threshold", "reasoning_zmad_penalty", "answer_zmad_threshold", "answer_zmad_penalty",
-             "total_zmad_threshold", "total_zmad_penalty"),
-    "profiled threshold": ("profiled_length_penalty", "profiled_length_min_samples"),
-    "profile bands": ("profile_band_total", "profile_band_reasoning", "profile_band_answer"),
-    "pass-rate penalty": ("pass_rate_length_penalty_weight",),
-    "all": tuple(ALL_ON),
-}
-
-
-def families(shaper, repeat: int) -> None:
-    """The kernel alone against the hand kernel (no breakdown), one algorithm family on at a time."""
-    b = random_batch(np.random.default_rng(7), 512, 16)
-    ha = hand_args(b)
-    print("512 x 16, kernel alone / hand kernel, one algorithm family on:")
-    for name, keys in FAMILIES.items():
-        p = {k: ALL_ON[k] for k in keys}
-        pv, gb = hand.param_vector(validate_params(shaper.ir, p))
-        shaper = fresh(shaper)  # compiled for this family, as a run with these params would compile it
-        fns = {"hand": lambda: run_hand(ha, pv, gb, False), "kernel": kernel_call(shaper, b, p)}
-        for fn in fns.values():
-            fn()
-        t = interleaved(fns, repeat, 20)
-        print(f"  {name:24} hand {t['hand'] * 1e6:8.1f} us | kernel {t['kernel'] * 1e6:8.1f} us | "
-              f"{t['kernel'] / t['hand']:5.2f}x")
+def batch_for(workload: str, rng: np.random.Generator, G: int, k: int) -> dict:
+    return heavy_batch(rng, G, k) if workload == "heavy" else random_batch(rng, G, k)
 
 
 def fresh(shaper):
     """The same shaper with kernels of its own: its first call compiles (or finds in the cache) the
     kernel specialised for that call's params (compiler/specialize.py)."""
     return CompiledShaper(shaper.ir, "numba")
-
-
-def random_params(rng: np.random.Generator) -> dict:
-    """Each algorithm on or off, random gate settings, global bands sometimes."""
-    p = {k: (v if rng.random() < 0.6 else type(v)(0)) for k, v in ALL_ON.items()}
-    p["profiled_length_min_samples"] = int(rng.integers(1, 5))
-    p["profiled_length_n_std"] = float(rng.choice([0.0, 0.5, 1.0, 2.0]))
-    p["top_percentile"] = float(rng.choice([0.0, 0.25, 0.5, 1.0]))
-    p["enabled"] = bool(rng.random() < 0.9)
-    p["group_length_penalty_profile_gate_channel"] = str(rng.choice(["total", "reasoning", "answer"]))
-    p["group_length_penalty_profile_gate_field"] = str(rng.choice(["a", "b", "f"]))
-    p["group_length_penalty_profile_gate_positive_only"] = bool(rng.random() < 0.7)
-    for name in hand.BANDS:
-        if rng.random() < 0.3:
-            a = float(rng.integers(100, 3000))
-            p[name] = (a, a + float(rng.integers(1, 4000)), float(rng.choice([0.0, 0.5, 0.9, 1.0])))
-    return p
-
-
-def random_batch(rng: np.random.Generator, G: int, k: int) -> dict:
-    """Binary rewards (some groups graded), lengths with zeros and ties, metadata often missing."""
-    n = G * k
-    rewards = (rng.random(n) < rng.choice([0.2, 0.6, 0.9])).astype(np.float64)
-    graded = np.repeat(rng.random(G) < 0.05, k)
-    rewards[graded] = np.round(rng.random(int(graded.sum())), 2)
-    scale = rng.choice([5, 50, 6000])
-    reasoning = rng.integers(0, scale, n).astype(np.float64)
-    answer = rng.integers(0, max(2, scale // 5), n).astype(np.float64)
-    low = np.repeat(rng.random(G) < 0.1, k).astype(np.float64)
-    bands = {}
-    for c, (lo, hi) in zip(("total", "reasoning", "answer"), ((0, 7000), (0, 6000), (0, 1200))):
-        a = rng.integers(lo, hi, G).astype(np.float64)
-        table = np.stack([a, a + rng.integers(1, 3000, G), rng.choice([0.0, 0.5, 0.9, 1.0], G)], axis=1)
-        table[rng.random(G) < 0.3] = np.nan
-        bands[c] = table
-    sizes = rng.integers(0, 9, G)
-    sizes[rng.random(G) < 0.2] = 0
-    off = np.zeros(G + 1, np.int64)
-    off[1:] = np.cumsum(sizes)
-    m = int(off[-1])
-    profiled = {"offsets": off, "reward": (rng.random(m) < 0.6).astype(np.float64),
-                "length": rng.integers(1, scale + 2, m).astype(np.float64)}
-    return {"rewards": rewards, "group_size": k,
-            "channels": {"reasoning": reasoning, "answer": answer, "low_effort": low},
-            "metadata": {"profile_band": bands, "profiled": profiled}}
-
-
-def hand_args(b: dict) -> tuple:
-    """The hand kernel's arrays: what a caller would hand it (bands as (3, G, 4) with a present column)."""
-    G = len(b["rewards"]) // b["group_size"]
-    bands = np.empty((3, G, 4))
-    for c, name in enumerate(("total", "reasoning", "answer")):
-        t = b["metadata"]["profile_band"][name]
-        bands[c, :, :3] = t
-        bands[c, :, 3] = (~np.isnan(t).all(axis=1)).astype(np.float64)
-    prof = b["metadata"]["profiled"]
-    ch = b["channels"]
-    offsets = np.arange(0, len(b["rewards"]) + 1, b["group_size"], dtype=np.int64)
-    return (b["rewards"], offsets, ch["reasoning"], ch["answer"], ch["low_effort"], bands,
-            prof["offsets"], prof["reward"], prof["length"])
 
 
 def run_hand(args: tuple, pv, gb, breakdown: bool):
@@ -172,30 +88,41 @@ def same(a, b) -> bool:
     return a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def check(shaper, trials: int, seed: int = 1) -> None:
-    rng = np.random.default_rng(seed)
+def differences(shaper, b: dict, p: dict) -> list[str]:
+    """What the hand kernel (and the hand call) gives differently from the shaper on batch b."""
     ir = shaper.ir
+    res = shaper(b["rewards"], group_size=b["group_size"], channels=b["channels"], metadata=b["metadata"], params=p)
+    pv, gb = hand.param_vector(validate_params(ir, p))
+    out, terms, factors, skip, gates, metrics = run_hand(hand_args(b), pv, gb, True)
+    st = res.stages[0]
+    checks = {"rewards": same(res.rewards, out), "skip": same(st.skip_codes, skip),
+              "metrics": same([st.metrics[m] for m, _ in ir.metrics], metrics),
+              "terms": same(np.array([st.terms[t] for t in ir.terms]), terms),
+              "factors": same(np.array([st.factors[f] for f in ir.factors]), factors),
+              "gates": same(np.array([st.gate_codes[g] for g in ir.gate_reasons]), gates)}
+    hc = HandCall(ir)(b["rewards"], b["group_size"], b["channels"], b["metadata"], p, breakdown=True)
+    checks["hand call"] = (same(hc[0], out) and same(hc[1], skip) and same(hc[2], gates) and hc[3] == st.metrics
+                           and all(same(hc[4][t], st.terms[t]) for t in ir.terms)
+                           and all(same(hc[5][f], st.factors[f]) for f in ir.factors))
+    return [k for k, ok in checks.items() if not ok]
+
+
+def check(shaper, workload: str, trials: int, seed: int = 1) -> None:
+    """mixed: random params and batches (the specialised, the shared and the general kernel);
+    heavy: the heavy params on heavy batches of random sizes, 10% of band rows marked absent."""
+    rng = np.random.default_rng(seed)
     for trial in range(trials):
-        p = random_params(rng)
-        b = random_batch(rng, int(rng.integers(1, 12)), int(rng.integers(1, 9)))
-        res = shaper(b["rewards"], group_size=b["group_size"], channels=b["channels"], metadata=b["metadata"],
-                     params=p)
-        pv, gb = hand.param_vector(validate_params(ir, p))
-        out, terms, factors, skip, gates, metrics = run_hand(hand_args(b), pv, gb, True)
-        st = res.stages[0]
-        checks = {"rewards": same(res.rewards, out), "skip": same(st.skip_codes, skip),
-                  "metrics": same([st.metrics[m] for m, _ in ir.metrics], metrics),
-                  "terms": same(np.array([st.terms[t] for t in ir.terms]), terms),
-                  "factors": same(np.array([st.factors[f] for f in ir.factors]), factors),
-                  "gates": same(np.array([st.gate_codes[g] for g in ir.gate_reasons]), gates)}
-        hc = HandCall(ir)(b["rewards"], b["group_size"], b["channels"], b["metadata"], p)
-        checks["hand call"] = (same(hc[0], out) and same(hc[1], skip) and same(hc[2], gates)
-                               and hc[3] == st.metrics)
-        bad = [k for k, ok in checks.items() if not ok]
+        G, k = int(rng.integers(1, 40)), int(rng.integers(1, 17))
+        if workload == "heavy":
+            p, b = HEAVY, heavy_batch(rng, G, k, absent=0.1)
+        else:
+            p, b = random_params(rng), random_batch(rng, G % 11 + 1, k % 8 + 1)
+        bad = differences(shaper, b, p)
         if bad:
-            raise SystemExit(f"hand kernel differs from shapec on trial {trial} ({', '.join(bad)}); params {p}")
-    print(f"check: hand kernel bit-identical to shapec on {trials} random batches "
-          "(rewards, metrics, terms, factors, skip and gate codes; the hand call too)")
+            raise SystemExit(f"hand kernel differs from shapec on {workload} trial {trial} ({', '.join(bad)}); "
+                             f"params {p}")
+    print(f"{workload} check: hand kernel bit-identical to shapec on {trials} random batches "
+          "(rewards, metrics, terms, factors, skip and gate codes; the hand call too, with its breakdown)")
 
 
 def kernel_call(shaper, b: dict, p: dict):
@@ -224,6 +151,81 @@ def interleaved(fns: dict, repeat: int, inner: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def load() -> str:
+    return "load {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+
+
+def timings(shaper, workload: str, p: dict, repeat: int) -> None:
+    """Hand, kernel, call and hand call, with and without the breakdown, at each of SIZES."""
+    pv, gb = hand.param_vector(validate_params(shaper.ir, p))
+    rng = np.random.default_rng(7)
+    hand_call = HandCall(shaper.ir)
+    print(f"{workload} workload, medians of {repeat} interleaved rounds on {os.cpu_count()} cores:")
+    for G, k, inner in SIZES:
+        b = batch_for(workload, rng, G, k)
+        ha = hand_args(b)
+        r, ch, md = b["rewards"], b["channels"], b["metadata"]
+        fns = {
+            "hand": lambda: run_hand(ha, pv, gb, False),
+            "hand+bd": lambda: run_hand(ha, pv, gb, True),
+            "kernel": kernel_call(shaper, b, p),
+            "call": lambda: shaper(r, group_size=k, channels=ch, metadata=md, params=p, breakdown=False),
+            "call+bd": lambda: shaper(r, group_size=k, channels=ch, metadata=md, params=p),
+            "hand call": lambda: hand_call(r, k, ch, md, p),
+            "hand call+bd": lambda: hand_call(r, k, ch, md, p, breakdown=True),
+        }
+        for fn in fns.values():
+            fn()
+        before = load()
+        t = interleaved(fns, repeat, inner)
+        us = {name: f"{v * 1e6:.1f} us" for name, v in t.items()}
+        print(f"  {G} x {k} = {G * k} rollouts ({before}; after: {load()})\n"
+              f"    breakdown off: hand {us['hand']} | kernel {t['kernel'] / t['hand']:5.2f}x | "
+              f"call {t['call'] / t['hand']:5.2f}x ({us['call']}) | hand call {t['hand call'] / t['hand']:5.2f}x "
+              f"({us['hand call']}) | call / hand call {t['call'] / t['hand call']:5.2f}x\n"
+              f"    breakdown on:  hand {us['hand+bd']} | call {t['call+bd'] / t['hand+bd']:5.2f}x "
+              f"({us['call+bd']}) | hand call {t['hand call+bd'] / t['hand+bd']:5.2f}x ({us['hand call+bd']}) | "
+              f"call / hand call {t['call+bd'] / t['hand call+bd']:5.2f}x")
+
+
+def families(shaper, workload: str, repeat: int) -> None:
+    """The kernel alone against the hand kernel (no breakdown), one algorithm family on at a time,
+    and what each family adds to the run with all eight on: all against all but that family, the
+    hand kernel's and the generated kernel's (each kernel first checked against the hand kernel on
+    the batch timed)."""
+    b = batch_for(workload, np.random.default_rng(7), 512, 16)
+    ha = hand_args(b)
+    base = HEAVY if workload == "heavy" else ALL_ON
+
+    def pair(p: dict) -> tuple:
+        """(hand, kernel) timed callables for params p, the kernel compiled and checked for them."""
+        pv, gb = hand.param_vector(validate_params(shaper.ir, p))
+        own = fresh(shaper)  # compiled for these params, as a run with them would compile it
+        bad = differences(own, b, p)
+        if bad:
+            raise SystemExit(f"{sorted(p)}: hand kernel differs from shapec ({', '.join(bad)})")
+        return (lambda: run_hand(ha, pv, gb, False)), kernel_call(own, b, p)
+
+    every = pair(base)
+    print(f"{workload} workload, 512 x 16, no breakdown ({load()}): one family on (kernel / hand), "
+          "and what the family adds to all eight on (all - all but it)")
+    for name, keys in FAMILIES.items():
+        alone = pair({key: v for key, v in base.items() if key in keys or key not in ALL_ON})
+        but = pair({key: v for key, v in base.items() if key not in keys}) if name not in ("nothing", "all") else None
+        fns = {"hand": alone[0], "kernel": alone[1]}
+        if but:
+            fns |= {"hand all": every[0], "kernel all": every[1], "hand but": but[0], "kernel but": but[1]}
+        for fn in fns.values():
+            fn()
+        t = interleaved(fns, repeat, 20)
+        line = (f"  {name:24} hand {t['hand'] * 1e6:7.1f} us | kernel {t['kernel'] * 1e6:7.1f} us | "
+                f"{t['kernel'] / t['hand']:5.2f}x")
+        if but:
+            line += (f" | adds: hand {(t['hand all'] - t['hand but']) * 1e6:6.1f} us, "
+                     f"kernel {(t['kernel all'] - t['kernel but']) * 1e6:6.1f} us")
+        print(line)
+
+
 def nemo_rl_reference():
     """NeMo-RL's own pure-Python module, when it is installed (it is not part of this repository)."""
     if importlib.util.find_spec("nemo_rl") is None or importlib.util.find_spec("nemo_rl.utils.length_penalty") is None:
@@ -235,44 +237,23 @@ def nemo_rl_reference():
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--check", type=int, default=300, help="random batches checked before timing")
+    ap.add_argument("--workload", choices=("mixed", "heavy", "both"), default="both")
+    ap.add_argument("--check", type=int, default=300, help="random batches checked before timing, per workload")
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--families", action="store_true", help="also time the kernel per algorithm family")
     args = ap.parse_args()
     shaper = shapec.load("nemo_rl", backend="numba").length_penalty
-    check(shaper, args.check)  # random params: the specialised, the shared and the general kernel
-    shaper = fresh(shaper)  # timed with ALL_ON, its first call's params
-    load = os.getloadavg()
-    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores; "
-          f"medians of {args.repeat} interleaved rounds")
-    p = {k: v for k, v in ALL_ON.items()}
-    pv, gb = hand.param_vector(validate_params(shaper.ir, p))
-    rng = np.random.default_rng(7)
-    hand_call = HandCall(shaper.ir)
-    for G, k, inner in ((512, 16, 20), (12_500, 16, 4), (1, 4, 2000)):
-        b = random_batch(rng, G, k)
-        ha = hand_args(b)
-        fns = {
-            "hand": lambda: run_hand(ha, pv, gb, False),
-            "hand+breakdown": lambda: run_hand(ha, pv, gb, True),
-            "kernel": kernel_call(shaper, b, p),
-            "call": lambda: shaper(b["rewards"], group_size=k, channels=b["channels"], metadata=b["metadata"],
-                                   params=p, breakdown=False),
-            "call+breakdown": lambda: shaper(b["rewards"], group_size=k, channels=b["channels"],
-                                             metadata=b["metadata"], params=p),
-            "hand call": lambda: hand_call(b["rewards"], k, b["channels"], b["metadata"], p),
-        }
-        for fn in fns.values():
-            fn()
-        t = interleaved(fns, args.repeat, inner)
-        print(f"{G} x {k} = {G * k} rollouts: hand {t['hand'] * 1e6:9.1f} us | "
-              f"hand+breakdown {t['hand+breakdown'] / t['hand']:5.2f}x | kernel {t['kernel'] / t['hand']:5.2f}x | "
-              f"call {t['call'] / t['hand']:5.2f}x ({t['call'] * 1e6:.1f} us) | "
-              f"call+breakdown {t['call+breakdown'] / t['hand+breakdown']:5.2f}x of hand+breakdown | "
-              f"hand call {t['hand call'] / t['hand']:5.2f}x ({t['hand call'] * 1e6:.1f} us), "
-              f"call / hand call {t['call'] / t['hand call']:5.2f}x")
-    if args.families:
-        families(shaper, args.repeat)
+    for workload in ("mixed", "heavy") if args.workload == "both" else (args.workload,):
+        p = HEAVY if workload == "heavy" else ALL_ON
+        if workload == "mixed":
+            check(shaper, workload, args.check)  # random params: the specialised, the shared and the general kernel
+        shaper = fresh(shaper)
+        shaper.prepare(p)  # timed with p: its kernel is the one its first call compiles
+        if workload == "heavy":
+            check(shaper, workload, args.check)
+        timings(shaper, workload, p, args.repeat)
+        if args.families:
+            families(shaper, workload, args.repeat)
     if nemo_rl_reference() is None:
         print("NeMo-RL's nemo_rl.utils.length_penalty is not installed here: no ratio to its pure-Python function")
 

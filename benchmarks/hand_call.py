@@ -2,12 +2,14 @@
 one shaper that checks what shapec's call checks, and nothing more (bench_limit.py times it).
 
 Its arguments are the user's: rewards, a group size, the three channels, `profile_band` as three
-(G, 3) tables and `profiled` as a flat list, a params dict. It checks their types, shapes and
+(G, 3) tables (three NaNs: no band) or (G, 4) ones (a, b, f, present 0 or 1) and `profiled` as a flat
+list, a params dict. It checks their types, shapes and
 values (finite rewards, finite non-negative lengths, valid band rows, list offsets that slice the
 items), turns the low-effort flags into 0/1, packs the bands, remembers the params by value and
 type, allocates the outputs and returns what the result holds (rewards, skip and gate codes,
-metrics as a dict). It words no error (a bad call raises one ValueError), knows no other form of
-any argument, and keeps no breakdown: shapec's call, with all of that, is measured against it. Its
+metrics as a dict, and with `breakdown` the terms and factors as dicts of rows). It words no error
+(a bad call raises one ValueError) and knows no other form of any argument: shapec's call, with all
+of that, is measured against it. Its
 checks are one-pass numba loops, one call per array: its own (below), and shapec's for list offsets.
 """
 
@@ -38,10 +40,14 @@ def clean(arr, nonneg):
 
 @njit(cache=True, nogil=True)
 def band_rows(table, out):
-    """(G, 3) rows (three NaNs: absent) -> (G, 4) rows a, b, f, present; False on a bad present row."""
+    """(G, 3) rows (three NaNs: absent) or (G, 4) rows (last column 1: present, 0: absent) -> (G, 4)
+    rows a, b, f, present; False on a bad present row or flag."""
+    flagged = table.shape[1] == 4
     for g in range(table.shape[0]):
         a, b, f = table[g, 0], table[g, 1], table[g, 2]
-        if math.isnan(a) and math.isnan(b) and math.isnan(f):
+        if flagged and table[g, 3] != 0.0 and table[g, 3] != 1.0:
+            return False
+        if (table[g, 3] == 0.0) if flagged else (math.isnan(a) and math.isnan(b) and math.isnan(f)):
             out[g, 0], out[g, 1], out[g, 2], out[g, 3] = math.nan, math.nan, math.nan, 0.0
         elif math.isfinite(a) and math.isfinite(b) and math.isfinite(f) and b > a and 0.0 <= f <= 1.0:
             out[g, 0], out[g, 1], out[g, 2], out[g, 3] = a, b, f, 1.0
@@ -53,6 +59,7 @@ def band_rows(table, out):
 class HandCall:
     def __init__(self, ir):
         self.ir = ir
+        self.term_names, self.factor_names = tuple(ir.terms), tuple(ir.factors)
         self.clean_offsets = store.value_checks().clean_offsets
         self.params: dict = {}
         self.metric_names = tuple(m for m, _ in ir.metrics)
@@ -63,7 +70,7 @@ class HandCall:
             raise ValueError("bad array")
         return value
 
-    def __call__(self, rewards, group_size: int, channels: dict, metadata: dict, params: dict):
+    def __call__(self, rewards, group_size: int, channels: dict, metadata: dict, params: dict, breakdown=False):
         n = len(rewards)
         r = self._array(rewards, n).copy()
         if type(group_size) is not int or group_size <= 0 or n % group_size or not clean(r, False):
@@ -80,7 +87,9 @@ class HandCall:
         tables = metadata["profile_band"]
         for c, name in enumerate(CHANNELS):
             table = tables.get(name)
-            if type(table) is not np.ndarray or table.shape != (G, 3) or not band_rows(table, bands[c]):
+            if (type(table) is not np.ndarray or table.dtype != _F64 or table.ndim != 2
+                    or table.shape[0] != G or table.shape[1] not in (3, 4) or not table.flags.c_contiguous
+                    or not band_rows(table, bands[c])):
                 raise ValueError("bad band table")
         prof = metadata["profiled"]
         m = len(prof["reward"])
@@ -94,6 +103,11 @@ class HandCall:
         pv, gb = self.params[key]
         out = np.empty(n)
         skip, gates, metrics = np.empty(G, np.int64), np.empty((3, G), np.int64), np.empty(5)
+        terms = np.zeros((12, n)) if breakdown else np.empty((12, 0))
+        factors = np.ones((3, n)) if breakdown else np.empty((3, 0))
         hand.length_penalty(r, offsets, reasoning, answer, low, bands, p_off, p_reward, p_length, pv, gb, out,
-                            np.empty((12, 0)), np.empty((3, 0)), skip, gates, metrics, False)
-        return out, skip, gates, dict(zip(self.metric_names, metrics.tolist()))
+                            terms, factors, skip, gates, metrics, breakdown)
+        result = (out, skip, gates, dict(zip(self.metric_names, metrics.tolist())))
+        if breakdown:
+            result += (dict(zip(self.term_names, terms)), dict(zip(self.factor_names, factors)))
+        return result

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .shared import BAD, BOOL, INF, NUM, Binding, finite_const, suggest
-from ..ir.nodes import GROUP, MAX_EXACT_INT, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
+from .shared import BAD, BOOL, INF, NUM, Binding, finite_const, memoised, suggest
+from ..ir.nodes import BATCH, GROUP, MAX_EXACT_INT, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS
 MAX_INLINED_CALLS = 10_000
@@ -227,8 +227,8 @@ class ScopesPass:
     def group_free(self, node: Node) -> Node | None:
         """The node with rollout-level lets and gates inlined, or None if it needs group values.
 
-        Batch reductions and skips run before the group loop, so whatever they read must be
-        computable from inputs, channels, the reward and params alone.
+        Channels, skips and a state's batch reductions are computed before any group is shaped, so
+        whatever they read must come from inputs, channels, the reward and params alone.
         """
         if node.op is Op.REDUCE or (node.op is Op.REF and node.ty.level == GROUP):
             return None
@@ -246,3 +246,28 @@ class ScopesPass:
                 return None
             args.append(free)
         return replace(node, args=tuple(args))
+
+    def batch_operand(self, node: Node) -> tuple[Node | None, str]:
+        """(the operand of a batch reduction with the lets and gates below the batch level inlined, "")
+        or (None, why not). The batch step computes it for every rollout of the call, group values
+        included, in a pass over the groups before it; what only the group step makes, a term, a
+        factor or a gate decided by rules, it cannot read."""
+        def compute() -> tuple[Node | None, str]:
+            if node.op is Op.REF and node.attr[0] == "var":
+                b = self.env.get(node.attr[1])
+                if b is None or b.kind == "channel" or node.ty.level == BATCH:
+                    return node, ""
+                if b.kind in ("let", "gate") and b.defn is not None:
+                    return self.batch_operand(b.defn)
+                what = f"{b.kind} {node.attr[1]!r}" + (" (decided by rules)" if b.kind == "gate" else "")
+                return None, (f"{what} is made in the group step, after every batch value is known, so a batch "
+                              "reduction cannot read it")
+            args = []
+            for a in node.args:
+                free, why = self.batch_operand(a)
+                if free is None:
+                    return None, why
+                args.append(free)
+            return replace(node, args=tuple(args)), ""
+
+        return memoised(self, "batch_operands", node, compute)

@@ -47,6 +47,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
         self.params: dict[str, ParamSpec] = {}
         self.fn_stack: list[str] = []
         self.metric_ctx = False
+        self.state_ctx = ""  # the state whose update is being checked
 
     def error(self, code, message, span) -> Node:
         return self.p.error(code, message, span)
@@ -196,7 +197,9 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                         continue
                     ref = Node(Op.REF, (), Type(NUM, BATCH), ("state", name), st.span)
                     if self.define(name, ref, "state", st.span):
+                        self.state_ctx = name
                         node = self.expr(upd)
+                        self.state_ctx = ""
                         if node.ty is not POISON and (node.ty.level > PARAM or node.ty.kind != NUM):
                             self.error("E303", f"state {name!r} keeps one number from batch to batch, so its "
                                        f"update must be one number for the whole batch; this is "

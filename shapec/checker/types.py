@@ -352,13 +352,21 @@ class TypesPass:
         for n, span in ((arg, first.value.span), (mask, first.where.span if first.where else None)):
             if n is not None and n.ty.items:
                 return self.error("E306", "batch reductions range over rollouts, not metadata items", span)
-        if not self.metric_ctx:
+        if self.state_ctx:  # a state updates before any group is shaped, and the groups read it
             free_arg = self.group_free(arg)
             free_mask = self.group_free(mask) if mask is not None else None
             if free_arg is None or (mask is not None and free_mask is None):
                 span = first.value.span if free_arg is None else first.where.span
-                return self.error("E303", "a batch reduction runs before groups are shaped; it may use inputs, "
-                                  "channels, the reward and params, not group values", span)
+                return self.error("E303", f"state {self.state_ctx!r} updates before any group is shaped, so its "
+                                  "batch reductions may use inputs, channels, the reward and params, not group "
+                                  "values", span)
+            arg, mask = free_arg, free_mask
+        elif not self.metric_ctx:
+            (free_arg, why), (free_mask, why_mask) = self.batch_operand(arg), (
+                self.batch_operand(mask) if mask is not None else (None, ""))
+            if free_arg is None or (mask is not None and free_mask is None):
+                span = first.value.span if free_arg is None else first.where.span
+                return self.error("E303", why or why_mask, span)
             arg, mask = free_arg, free_mask
         if name in ("count", "any", "all"):
             self.expect_bool(arg, first.value.span, f"the argument of batch.{name}()")

@@ -310,11 +310,11 @@ def params_key(params: Any) -> tuple | None:
     if params is None:
         return ()
     if type(params) is dict:
-        values = params.values()
+        values = tuple(params.values())  # names and values as two flat tuples: no pair per item to build and hash
         types = tuple(map(type, values))
         if _SCALARS.issuperset(types):
             signs = tuple(math.copysign(1.0, v) for v in values if v == 0) if 0 in values else ()
-            return tuple(params.items()), types, signs
+            return tuple(params), values, types, signs
     try:
         key = _bits(params)
         hash(key)

@@ -349,7 +349,7 @@ class CompiledShaper:
         if batch.absent and batch.groups:
             self._refuse_absent(batch, bound)
         keys = prompt_keys(prompts, batch.groups) if prompts is not None else None
-        if keys is None and self.prompt_states:
+        if keys is None and self._states.per_prompt:
             raise BatchError(f"prompts: {self.name!r} keeps {', '.join(self.prompt_states)} per prompt; pass "
                              f"prompts=, one key per group (the id of the group's prompt)")
         with self._lock:
@@ -412,8 +412,8 @@ class CompiledShaper:
 
     def _warn_non_binary(self, ir: ShaperIR, out: StageOutput) -> None:
         """Warn once per stage of this shaper, not on every training step."""
-        if ir.requires != "binary" or ir.name in self._warned or not np.count_nonzero(out.skip_codes):
-            return  # many calls skip no group: one count, not a comparison and a count
+        if ir.requires != "binary" or ir.name in self._warned or not out.skip_codes.any():
+            return  # many calls skip no group: one test, not a comparison and a count
         count = int(np.count_nonzero(out.skip_codes == ir.skip_reasons.index("non_binary")))
         if count:
             self._warned.add(ir.name)

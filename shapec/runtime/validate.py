@@ -104,8 +104,10 @@ def numeric(name: str, value: Any, length: int | None = None, what: str = "rollo
     (an array only read: kernels never write their inputs) returns the caller's own when it already
     is what a kernel takes: C-contiguous and writeable (numba's signatures take no read-only array)."""
     if type(value) is np.ndarray and value.dtype == _F64 and value.ndim == 1 and length in (None, len(value)):
-        if not fresh and value.flags.c_contiguous and value.flags.writeable:
-            return value
+        if not fresh:
+            flags = value.flags  # a new object on every access
+            if flags.c_contiguous and flags.writeable:
+                return value
         return value.copy()  # the common case, without the checks below
     if isinstance(value, (str, bytes, Mapping)) or value is None:
         raise BatchError(f"{name}: expected a 1-d array of numbers, got {type(value).__name__}")

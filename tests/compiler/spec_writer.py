@@ -160,6 +160,14 @@ class SpecWriter:
         if self.coin():
             body.append(f"gate gg = {self.group_bool(d - 1)}")
             self.gates_g.append("gg")
+        if self.coin(0.4):  # batch values over group values, chained through a rollout let
+            op = self.pick(["sum", "mean", "min", "max"])
+            body.append(f"let token_mean = batch.{op}({self.rollout(d, strict=False)} where {self.rollout_bool(1, strict=False)})")
+            body.append(f"let deviation = {self.rollout(d - 1)} - token_mean")
+            body.append(f"let token_var = batch.{self.pick(['sum', 'mean', 'max'])}(deviation * {self.group(1)} "
+                        f"where {self.rollout_bool(1)})")
+            self.lets_r.append("deviation")
+            self.lets_g += ["token_mean", "token_var"]
         if self.coin():
             rules = [f"closed none when count({self.rollout_bool(1)}) == 0",
                      f"open high when {self.group_bool(d - 1)}", "closed low"]
@@ -242,6 +250,10 @@ shaper generated_all(c1: float = 1, c2: float >= 0 = 0.5, q: float in [0, 1] = 0
   let z = (ft - mean(ft where right)) / std(ft where right)
   let upper = quantile(ft where right, q) ?? nth_largest(ft where right, int(c2 * 4))
   let typical = median(hist.length where hist.ok) ?? lim ?? prof.cap
+  let centred = ft - mean(ft where right)
+  let token_mean = batch.sum(float(x) * centred) / float(batch.sum(x) + 1)
+  let deviation = centred - token_mean
+  let token_var = batch.mean(deviation * deviation * (typical ?? 1) where right)
   gate enough = count(right) >= 2 and any(flag) or all(right)
   gate history {
     closed no_history when count(hist.ok) == 0
@@ -256,6 +268,7 @@ shaper generated_all(c1: float = 1, c2: float >= 0 = 0.5, q: float in [0, 1] = 0
   let leaving = rank(ft where right) >= 2 or lim > 3
   drop when leaving
   term outlier = -0.5 on right when present(z) and 0.6745 * z > spread and not missing(upper)
+  term whitened = clip(deviation / sqrt(token_var ?? 1), -1, 1) on right when (batch.min(spread where right) ?? 0) < 1
   term gap = clip(-abs(score - float(sum(x where flag)) / group_size) ** 0.5, -2, 0) when shortest + longest >= 0
   clamp >= 0
   clamp >= clip(chosen.a / 10, 0, 0.5) on flag when mode == "down"

@@ -263,6 +263,6 @@ def test_generated_specs_are_well_typed_and_varied():
         assert shapec.check_source(source) == [], source
     for construct in ("median(", "mad(", "std(", "quantile(", "nth_largest(", "minmax(", "centered(", "rank(", "position", "argmin(",
                       "argmax(", "??", " ? ", "band(", "gate ", "factor ", "clamp", "hist.", "result", "state", "drop when",
-                      "per prompt"):
+                      "per prompt", "let token_var = batch."):
         assert construct in EVERY_CONSTRUCT + PER_PROMPT or construct == "result", construct
         assert any(construct in source for source in drawn), construct

@@ -55,20 +55,22 @@ def test_matches_the_authors_code(o1, seed):
         for i in rng.choice(K, 2, replace=False):
             selected[p * K + int(i)] = 1
     expected, weights = authors(correctness, lengths, selected, K, alpha)
-    channels = {"length": lengths, "selected": selected}
-    first = o1.weight(correctness, group_size=K, channels=channels, params={"alpha": alpha}).rewards.tolist()
-    assert {i: first[i] for i in weights} == pytest.approx(weights, abs=1e-12)
     if np.std(list(weights.values())) > 1e-6:
-        got = o1.o1_pruner(correctness, group_size=K, channels=channels, params={"weight": {"alpha": alpha}})
+        got = o1.o1_pruner(correctness, group_size=K, channels={"length": lengths, "selected": selected},
+                           params={"alpha": alpha})
         assert got.rewards.tolist() == pytest.approx(expected, abs=1e-9)
 
 
 def test_weights_are_clipped_to_minus_two_and_four(o1):
-    got = o1.weight([1, 0], group_size=2, channels={"length": [1, 10000], "selected": [1, 1]}, params={"alpha": 5})
-    assert got.rewards.tolist() == [4.0, -2.0]
+    # unclipped 5002 and -3 in the first group, 2.5 and -2.5 in the second: clipped, then standardised
+    got = o1.o1_pruner([1, 0, 1, 0], group_size=2, channels={"length": [1, 10000, 5, 5], "selected": [1, 1, 1, 1]})
+    weights = np.array([4.0, -2.0, 2.5, -2.0])
+    assert got.rewards.tolist() == pytest.approx(((weights - weights.mean()) / weights.std()).tolist(), abs=1e-12)
 
 
 def test_a_solution_of_no_tokens_counts_as_one_token_long(o1):
     # the code divides by the length and stops; here (mean 2 - 0) / 1 + 5 * (1 - 0.5) = 4.5, clipped to 4
-    got = o1.weight([1, 0], group_size=2, channels={"length": [0, 4], "selected": [1, 0]})
-    assert got.rewards.tolist() == [4.0, 0.0]
+    got = o1.o1_pruner([1, 0, 1, 0], group_size=2, channels={"length": [0, 4, 4, 4], "selected": [1, 0, 1, 0]})
+    weights = np.array([4.0, 2.5])
+    assert got.rewards.tolist() == pytest.approx([*((weights - weights.mean()) / weights.std())[:1], 0.0,
+                                                  *((weights - weights.mean()) / weights.std())[1:], 0.0], abs=1e-12)

@@ -95,5 +95,7 @@ class Arguments:
         if size is None and storage.startswith("item:"):
             size = self.list_sizes[storage[5:]]
         if size is not None:
-            lines = self.chunk_arrays if storage == "local" else self.arrays
+            # group scratch belongs to the function being emitted: a batch reduction's pass over the
+            # groups runs in the kernel itself
+            lines = self.chunk_arrays if storage == "local" and self.in_chunk else self.arrays
             lines.append(f"{name} = np.full({size}, nan)")

@@ -54,6 +54,20 @@ def _reduction(op: str) -> str:
     return op
 
 
+def _nested_breduces(nodes: list[Node]) -> list[Node]:
+    """The batch reductions nearest below the operands of `nodes` (not those under them, which
+    emitting each one emits first): a batch reduction runs its own loop over the groups, so one
+    read by another is computed before it, never inside its loop."""
+    found, stack = [], [a for n in nodes for a in reversed(n.args)]
+    while stack:
+        n = stack.pop()
+        if n.op is Op.BREDUCE:
+            found.append(n)
+        else:
+            stack.extend(reversed(n.args))
+    return found
+
+
 class Hoisting:
     """The part of StageLowering (stage.py) that emits reductions, selections and bands."""
 
@@ -313,13 +327,18 @@ class Hoisting:
         if len(nodes) > 1 and any(n.attr not in BATCH_RUNNING for n in nodes):
             raise ShapecInternalError("lowering: batch reductions sharing the batch buffer in one loop")
         o = self.out
+        inner = Scope(self.metric_names) if self.in_metrics else Scope()
+        for nested in _nested_breduces(nodes):  # each its own loop over the groups, before this one
+            if self.key(nested) not in scope.names:
+                self.emit_breduce(nested, scope)
+            inner.names[self.key(nested)] = scope.names[self.key(nested)]
         o(self.note(", ".join(f"batch.{_reduction(n.attr)}" for n in nodes)))
         plans = [self._breduce_start(n) for n in nodes]
         o("for g in range(G):")
         with o.indented():
             mark = self.start_group(o)
             for node, plan in zip(nodes, plans):
-                self._breduce_group(node, plan)
+                self._breduce_group(node, plan, Scope(inner.names))
             if len(nodes) > 1:
                 o.lines[mark:] = fuse_block(o.lines[mark:], o.depth, MUTATING_HELPERS)
             self.read_params(o, mark)
@@ -343,11 +362,12 @@ class Hoisting:
             o(f"{missing} = False  " + self.note("True once a selected value is missing"))
         return name, count, missing, value, update.format(acc=name, x=value, k=count)
 
-    def _breduce_group(self, node: Node, plan: tuple) -> None:
+    def _breduce_group(self, node: Node, plan: tuple, inner: Scope) -> None:
+        """One group's part of a batch reduction: the group values its operands read (hoisted into
+        `inner`, which holds the batch values computed before it), then its rollouts."""
         o = self.out
         arg, mask = node.args
         name, count, missing, value, update = plan
-        inner = Scope(self.metric_names) if self.in_metrics else Scope()
         self.hoist(arg, inner, "group")
         self.hoist(mask, inner, "group")
         o("for i in range(s, e):")
