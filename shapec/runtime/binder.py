@@ -286,8 +286,8 @@ class _Plan:
                            _tuple(values), py.const(tuple(c for _, c in arrays)), _tuple(bands),
                            py.const(tuple(label for _, label in tables)))
             out.append(ast.If(ast.UnaryOp(ast.Not(), call), [ast.Expr(fail)], []))
-            if tables:
-                out.append(py.assign([v for v, _ in tables], py.name(rows)))
+            # each table is a row of the checked rows (indexed: unpacking an array iterates it, slowly)
+            out += [py.assign(v, py.item(py.name(rows), i)) for i, (v, _) in enumerate(tables)]
         return out
 
 
