@@ -26,6 +26,8 @@ from typing import Any, Callable, Mapping
 from ._groups import no_prompt_key, require, resolve_shaper, shape_by_group
 
 WHERE = "shapec.compat.openrlhf"
+# pip cannot say it: openrlhf requires flash-attn and deepspeed, which build only with CUDA
+INSTALL = "pip install 'shapec[openrlhf]' && pip install --no-deps openrlhf==0.11.2 (docs/trainers.md, OpenRLHF)"
 BUILTIN = ("overlong_buffer_len", "stop_properly_penalty_coef")
 
 
@@ -38,7 +40,7 @@ def length_penalty_hook(spec: Any, *, shaper: str | None = None, params: Mapping
     compiled = resolve_shaper(spec, shaper, backend)
 
     def apply_length_penalties(experiences: list, args) -> None:
-        torch = require("torch", "openrlhf")
+        torch = require("torch", "openrlhf", INSTALL)
         for key in BUILTIN:
             if getattr(args.reward, key, None) is not None:
                 raise ValueError(f"{WHERE}: reward.{key} is set, but this hook replaces OpenRLHF's built-in length "
@@ -82,7 +84,7 @@ def ray_setup_hook(spec: Any, *, shaper: str | None = None, params: Mapping | No
     compiled = resolve_shaper(spec, shaper, backend)  # pickled to the workers as its source
 
     def install_shapec_length_penalties() -> None:
-        length_penalty = require("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+        length_penalty = require("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf", INSTALL)
         length_penalty.apply_length_penalties = length_penalty_hook(compiled, params=params, prompt_key=prompt_key)
 
     return install_shapec_length_penalties

@@ -21,6 +21,7 @@ from ..stdlib.test_hapo import step as hapo_step
 from .require import need
 from .test_trl import _tokenizer
 
+INSTALL = "pip install -e '.[openrlhf]' && pip install --no-deps openrlhf==0.11.2"
 N = 4  # n_samples_per_prompt
 LENGTHS = [6, 3, 9, 4, 5, 5, 8, 2, 7, 3, 6, 4]
 REWARDS = [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0]
@@ -33,7 +34,7 @@ def _args(**reward):
 
 def _experiences(torch, micro_batch):
     """Single samples merged into micro-batches as `split_rollout_samples` does (groups straddle them)."""
-    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf").Experience
+    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf", INSTALL).Experience
     samples = []
     for i, (n, r) in enumerate(zip(LENGTHS, REWARDS)):
         samples.append(Experience(
@@ -45,8 +46,8 @@ def _experiences(torch, micro_batch):
 
 @pytest.mark.parametrize("backend", ["interpreter", "numba"])
 def test_hook_on_experience_batches(backend):
-    torch = need("torch", "openrlhf")
-    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
+    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf", INSTALL)
     experiences = _experiences(torch, micro_batch=3)
     hook = length_penalty_hook(shapec.load("kimi", backend=backend))
     hook(experiences, _args())
@@ -60,7 +61,7 @@ def test_hook_on_experience_batches(backend):
 
 
 def test_groups_follow_index_not_batch_position():
-    torch = need("torch", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
     experiences = _experiences(torch, micro_batch=4)
     experiences.reverse()  # the maker's experiences can arrive in any order; index says the prompt
     hook = length_penalty_hook("miles", shaper="length_penalty", params={"coeff": 1.0}, backend="interpreter")
@@ -76,7 +77,7 @@ def test_groups_follow_index_not_batch_position():
 
 @pytest.mark.parametrize("key", ["overlong_buffer_len", "stop_properly_penalty_coef"])
 def test_builtin_penalty_settings_refused(key):
-    torch = need("torch", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
     experiences = _experiences(torch, micro_batch=4)
     before = [e.rewards.clone() for e in experiences]
     hook = length_penalty_hook("kimi", backend="interpreter")
@@ -89,9 +90,9 @@ def test_builtin_penalty_settings_refused(key):
 def test_stdlib_overlong_is_openrlhfs_own_length_penalties(stop_coef):
     """OpenRLHF's apply_length_penalties, run on its Experience objects with both penalties set, gives
     the stdlib's openrlhf.overlong rounded to its float32 rewards, and so does the hook running it."""
-    torch = need("torch", "openrlhf")
-    penalties = need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
-    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf").Experience
+    torch = need("torch", "openrlhf", INSTALL)
+    penalties = need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf", INSTALL)
+    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf", INSTALL).Experience
     lengths = [70.0, 81.0, 95.0, 100.0, 130.0, 10.0, 99.0, 120.0]
     rewards = [1.0, 1.0, 0.0, 1.0, 1.0, 0.5, 1.0, 0.0]
     truncated = [False, False, True, False, True, True, False, True]
@@ -119,8 +120,8 @@ def test_stdlib_overlong_is_openrlhfs_own_length_penalties(stop_coef):
 
 
 def test_signature_matches_openrlhf():
-    need("torch", "openrlhf")
-    builtin = need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf").apply_length_penalties
+    need("torch", "openrlhf", INSTALL)
+    builtin = need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf", INSTALL).apply_length_penalties
     hook = length_penalty_hook("kimi", backend="interpreter")
     assert list(inspect.signature(hook).parameters) == list(inspect.signature(builtin).parameters)
 
@@ -180,7 +181,7 @@ def _async_maker_steps(tmp_path, setup, batches: list) -> list:
     """Each batch of experiences through one TrainingActor's maker step, in turn (its state lives on
     between them): the driver starts PPOTrainerAsync, whose actor starts TrainingActor, whose
     RemoteExperienceMaker calls apply_length_penalties; all OpenRLHF's own classes, in Ray workers."""
-    ray = need("ray", "openrlhf")
+    ray = need("ray", "openrlhf", INSTALL)
     _tokenizer().save_pretrained(tmp_path)  # the trainers load the policy's tokenizer from its path
 
     def make(trainer, experiences):
@@ -223,8 +224,8 @@ def _group_norm(rewards) -> list:
 
 
 def test_async_trainers_experience_maker_is_shaped_by_the_ray_setup_hook(tmp_path):
-    torch = need("torch", "openrlhf")
-    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
+    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf", INSTALL)
     experiences = _experiences(torch, micro_batch=3)
     for e in experiences:
         e.kl = torch.zeros(e.action_mask.shape)  # make_experience_batch sets it; the KL coefficient is 0
@@ -245,7 +246,7 @@ def _hapo_steps(torch, seed=3):
     """Three rollout batches as OpenRLHF's samples generator leaves them (sample `i` of prompt `i // N`,
     its prompt text in `prompts`), merged into micro-batches that arrive out of order, and what HAPO's
     training loop gives each sample (by index) at each step."""
-    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf").Experience
+    Experience = need("openrlhf.trainer.ppo_utils.experience", "openrlhf", INSTALL).Experience
     rng = np.random.default_rng(seed)
     lens, counts = {p: MAX_LEN for p in "pqrst"}, {p: 0 for p in "pqrst"}
     batches, expected = [], []
@@ -266,7 +267,7 @@ def _hapo_steps(torch, seed=3):
 
 
 def test_hapo_tracked_follows_each_prompt_by_its_text_across_steps():
-    torch = need("torch", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
     batches, expected, lens = _hapo_steps(torch)
     hook = length_penalty_hook(shapec.load("hapo", backend="interpreter").hapo_tracked, params=HAPO)
     for experiences, want in zip(batches, expected):
@@ -277,8 +278,8 @@ def test_hapo_tracked_follows_each_prompt_by_its_text_across_steps():
 
 
 def test_hapo_tracked_keeps_its_history_in_the_async_trainers_maker_across_steps(tmp_path):
-    torch = need("torch", "openrlhf")
-    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
+    need("openrlhf.trainer.ppo_utils.length_penalty", "openrlhf", INSTALL)
     batches, expected, _ = _hapo_steps(torch, seed=5)
     setup = ray_setup_hook("hapo", shaper="hapo_tracked", params=HAPO, backend="interpreter")
     for (_, module, index, rewards, returns), want in zip(_async_maker_steps(tmp_path, setup, batches), expected):
@@ -289,7 +290,7 @@ def test_hapo_tracked_keeps_its_history_in_the_async_trainers_maker_across_steps
 
 
 def test_a_prompt_key_may_be_an_info_entry_and_a_missing_key_is_named():
-    torch = need("torch", "openrlhf")
+    torch = need("torch", "openrlhf", INSTALL)
     hapo = shapec.load("hapo", backend="interpreter").hapo_tracked
     experiences = _experiences(torch, micro_batch=4)
     for e in experiences:
