@@ -31,7 +31,7 @@ def conjuncts(when: Node) -> list[Node]:
     while stack:
         n = stack.pop()
         if n.op is Op.AND:
-            stack += [n.args[1], n.args[0]]
+            stack += reversed(n.args)
         else:
             out.append(n)
     return out
