@@ -136,14 +136,11 @@ class Expressions:
             if all(defined):
                 return f"k_flag({a[0]} {node.attr} {a[1]})"
             return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
-        if op is Op.AND:
-            if all(defined):
-                return "k_flag(" + " and ".join(f"{x} != 0.0" for x in a) + ")"
-            return self.nested_fold("k_and", a)
-        if op is Op.OR:
-            if all(defined):
-                return "k_flag(" + " or ".join(f"{x} == 1.0" for x in a) + ")"
-            return self.nested_fold("k_or", a)
+        if op in (Op.AND, Op.OR):  # numba walks the blocks of a short-circuit test recursively: a long one folds
+            if all(defined) and len(a) <= SPILL_HEIGHT:
+                joiner, test = (" and ", "{} != 0.0") if op is Op.AND else (" or ", "{} == 1.0")
+                return "k_flag(" + joiner.join(test.format(x) for x in a) + ")"
+            return self.nested_fold("k_and" if op is Op.AND else "k_or", a)
         if op is Op.COND:
             if defined[0] and self.clean(node.args[0]):  # certainly 0 or 1
                 return f"({a[1]} if {a[0]} == 1.0 else {a[2]})"
