@@ -68,15 +68,15 @@ class Encoder:
             return 1 - v, mv
         if op in (Op.BIN, Op.CMP, Op.CALL) and any(x.ty.kind == "band" for x in a):
             return self.fresh(node)
+        if op is Op.BIN and node.attr in ("+", "-", "*"):  # + and * may be chains: the left fold
+            folded = self.ev(a[0], i)
+            for y, my in (self.ev(arg, i) for arg in a[1:]):
+                x, mx = folded
+                folded = {"+": x + y, "-": x - y, "*": x * y}[node.attr], z3.Or(mx, my)
+            return folded
         if op is Op.BIN:
             (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
             miss = z3.Or(mx, my)
-            if node.attr == "+":
-                return x + y, miss
-            if node.attr == "-":
-                return x - y, miss
-            if node.attr == "*":
-                return x * y, miss
             if node.attr == "/":
                 q, _ = self.fresh()  # x / 0 is +-inf (free here) and 0 / 0 is NaN, i.e. missing
                 self.s.add(z3.Implies(y != 0, q * y == x))
@@ -91,11 +91,15 @@ class Encoder:
             (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
             rel = {"==": x == y, "!=": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[node.attr]
             return z3.If(rel, z3.RealVal(1), z3.RealVal(0)), z3.Or(mx, my)
-        if op in (Op.AND, Op.OR):
-            (x, mx), (y, my) = self.ev(a[0], i), self.ev(a[1], i)
+        if op in (Op.AND, Op.OR):  # chains: the left fold
             target = 0 if op is Op.AND else 1
-            decided = z3.Or(z3.And(z3.Not(mx), x == target), z3.And(z3.Not(my), y == target))
-            return z3.If(decided, z3.RealVal(target), z3.RealVal(1 - target)), z3.And(z3.Not(decided), z3.Or(mx, my))
+            folded = self.ev(a[0], i)
+            for y, my in (self.ev(arg, i) for arg in a[1:]):
+                x, mx = folded
+                decided = z3.Or(z3.And(z3.Not(mx), x == target), z3.And(z3.Not(my), y == target))
+                folded = (z3.If(decided, z3.RealVal(target), z3.RealVal(1 - target)),
+                          z3.And(z3.Not(decided), z3.Or(mx, my)))
+            return folded
         if op is Op.COND:
             (c, mc), (x, mx), (y, my) = (self.ev(n, i) for n in a)
             yes, no = z3.And(z3.Not(mc), c == 1), z3.And(z3.Not(mc), c == 0)

@@ -14,6 +14,7 @@ Three questions, each asked by a hook in ordering.py:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Protocol
@@ -67,9 +68,9 @@ def _values(ck: ShaperFacts, node: Node) -> frozenset[float] | None:
     if op in (Op.COND, Op.FALLBACK):
         branches = node.args[1:] if op is Op.COND else node.args
         return _combine([values(ck, b) for b in branches], lambda *vs: vs, union=True)
-    if op is Op.BIN and node.attr in ("*", "+", "-"):
+    if op is Op.BIN and node.attr in ("*", "+", "-"):  # a chain pair by pair, as it is evaluated
         fn = {"*": lambda a, b: a * b, "+": lambda a, b: a + b, "-": lambda a, b: a - b}[node.attr]
-        return _combine([values(ck, a) for a in node.args], fn)
+        return functools.reduce(lambda x, y: _combine([x, y], fn), [values(ck, a) for a in node.args])
     if op is Op.CALL and node.attr in ("min", "max", "clip"):
         fn = {"min": min, "max": max, "clip": lambda x, lo, hi: min(max(x, lo), hi)}[node.attr]
         return _combine([values(ck, a) for a in node.args], fn)
@@ -192,10 +193,11 @@ def _split(ck: ShaperFacts, node: Node, scale: float, form: dict, atoms: dict, w
         _linear(ck, args[0], -scale, form, atoms, whole)
     elif node.op is Op.BIN and node.attr in ("+", "-"):
         _linear(ck, args[0], scale, form, atoms, whole)
-        _linear(ck, args[1], scale if node.attr == "+" else -scale, form, atoms, whole)
-    elif node.op is Op.BIN and node.attr == "*" and Op.CONST in (args[0].op, args[1].op):
-        const, other = args if args[0].op is Op.CONST else args[::-1]
-        _linear(ck, other, scale * float(const.attr), form, atoms, whole)
+        for x in args[1:]:
+            _linear(ck, x, scale if node.attr == "+" else -scale, form, atoms, whole)
+    elif node.op is Op.BIN and node.attr == "*" and sum(a.op is not Op.CONST for a in args) <= 1:
+        *consts, other = sorted(args, key=lambda a: a.op is not Op.CONST)  # the one factor that is not constant
+        _linear(ck, other, scale * math.prod(float(c.attr) for c in consts), form, atoms, whole)
     else:
         return False
     return True
@@ -243,8 +245,8 @@ def _product(ck: ShaperFacts, node: Node, num: list, den: list) -> None:
     """Splits a chain of * and / into its numerator factors and its divisors."""
     node = _canon(ck, node)
     if node.op is Op.BIN and node.attr == "*":
-        _product(ck, node.args[0], num, den)
-        _product(ck, node.args[1], num, den)
+        for x in node.args:
+            _product(ck, x, num, den)
     elif node.op is Op.BIN and node.attr == "/":
         _product(ck, node.args[0], num, den)
         den.append(_canon(ck, node.args[1]))  # whole: the prover compares the factor with all of it

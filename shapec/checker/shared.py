@@ -45,12 +45,25 @@ def const_num(e: A.Expr) -> float | None:
         case A.Unary(operator="-", operand=x):
             v = const_num(x)
             return None if v is None else -v
-        case A.Binary(operator=op, left=l, right=r) if op in "+-*/":
-            a, b = const_num(l), const_num(r)
-            if a is None or b is None or (op == "/" and b == 0):
-                return None
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b if b else 0.0}[op]
+        case A.Binary(operator=op) if op in "+-*/":
+            return _const_chain(e)
     return None
+
+
+def _const_chain(e: A.Binary) -> float | None:
+    """Arithmetic on constants, down the left operands without recursion (a chain may be long)."""
+    steps = []
+    while isinstance(e, A.Binary) and e.operator in ("+", "-", "*", "/"):
+        steps.append(e)
+        e = e.left
+    a = const_num(e)
+    for step in reversed(steps):
+        op, b = step.operator, const_num(step.right)
+        if a is None or b is None or (op == "/" and b == 0):
+            a = None
+        else:
+            a = {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[op]
+    return a
 
 
 def finite_const(e: A.Expr, error) -> float | None | Bad:

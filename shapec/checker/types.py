@@ -4,6 +4,7 @@ group, param, batch) is checked and combined here."""
 from __future__ import annotations
 
 from ..syntax import ast as A
+from ..syntax.depth import CHAIN_OPERATORS
 from ..syntax.source import Span
 from .shared import BAD, BOOL, NUM, finite_const, suggest
 from ..ir.nodes import BATCH, CONST, GROUP, MetaSpec, Node, Op, POISON, ROLLOUT, Type, UNITS
@@ -167,8 +168,25 @@ class TypesPass:
                     e.attr, e.span)
 
     def binary(self, e: A.Binary) -> Node:
+        """A binary operator; a run of one associative operator (`a + b + c`, left-leaning in
+        the AST) becomes one n-ary node, walked without recursion, each step typed as the
+        binary operator it folds (the same diagnostics at the same places)."""
+        steps = [e]
+        while e.operator in CHAIN_OPERATORS and isinstance(e.left, A.Binary) and e.left.operator == e.operator:
+            e = e.left
+            steps.append(e)
+        value = self.expr(e.left)
+        operands = [value]
+        for step in reversed(steps):
+            right = self.expr(step.right)
+            operands.append(right)
+            value = self.pair(step, value, right)
+        if value.ty is POISON or len(operands) == 2:
+            return value
+        return Node(value.op, tuple(operands), value.ty, value.attr, value.span)
+
+    def pair(self, e: A.Binary, a: Node, b: Node) -> Node:
         op = e.operator
-        a, b = self.expr(e.left), self.expr(e.right)
         if a.ty is POISON or b.ty is POISON:
             return Node(Op.POISON, (), POISON, span=e.span)
         if op in ("and", "or"):

@@ -32,6 +32,7 @@ one column per group), the argument every kernel call already gets.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import replace
 
@@ -171,7 +172,7 @@ class _Folder:
             if any(_is(a, decisive) for a in args):
                 return _const(decisive, n)
             if whole:
-                return _const(float((k_and if op is Op.AND else k_or)(*consts)), n)
+                return _const(float(functools.reduce(k_and if op is Op.AND else k_or, consts)), n)
         if op in (Op.COND, Op.BANDCOND) and _is_const(args[0]) and args[0].attr in (0.0, 1.0):
             return _in_place(args[1] if args[0].attr == 1.0 else args[2], n)  # both: the other is dead
         if op is Op.COND and _same_const(args[1], args[2]) and self._never_missing(args[0]):

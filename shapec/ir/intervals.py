@@ -14,6 +14,7 @@ with it.
 
 from __future__ import annotations
 
+import functools
 import math
 
 from .nodes import Node, Op
@@ -145,15 +146,15 @@ def node_interval(n: Node, args: list[Interval]) -> Interval:
     if op is Op.NOT:
         return 1.0 - args[0][1], 1.0 - args[0][0]
     if op is Op.AND:
-        return min(args[0][0], args[1][0]), min(args[0][1], args[1][1])
+        return min(a[0] for a in args), min(a[1] for a in args)
     if op is Op.OR:
-        return max(args[0][0], args[1][0]), max(args[0][1], args[1][1])
+        return max(a[0] for a in args), max(a[1] for a in args)
     if op is Op.CMP:
         if any(a.ty.kind == "band" for a in n.args):
             return UNIT
         return compare(n.attr, args[0], args[1])
-    if op is Op.BIN:
-        return arith(n.attr, args[0], args[1])
+    if op is Op.BIN:  # a chain: the left fold, as it is evaluated
+        return functools.reduce(lambda x, y: arith(n.attr, x, y), args)
     if op is Op.CALL:
         return call(n.attr, args)
     if op is Op.COND:

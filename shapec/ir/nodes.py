@@ -82,8 +82,11 @@ POISON = Type("poison")
 class Node:
     """One typed IR expression. `op` (an Op) selects the meaning of `args` and `attr`:
 
-    CONST(attr=value) | REF(attr=(namespace, name)) | NEG(x) | NOT(x) | BIN(a, b; attr=operator)
-    CMP(a, b; attr=operator) | AND(a, b) | OR(a, b) | COND(c, a, b) | FALLBACK(a, b)
+    CONST(attr=value) | REF(attr=(namespace, name)) | NEG(x) | NOT(x) | BIN(a, b, ...; attr=operator)
+    CMP(a, b; attr=operator) | AND(a, b, ...) | OR(a, b, ...) | COND(c, a, b) | FALLBACK(a, b)
+
+    BIN with + or *, AND and OR are chains of two or more args, the left fold `(a op b) op c ...`
+    (float arithmetic is not associative: that order is the value); BIN with - / ** has two.
     CALL(*args; attr=builtin) | REDUCE(arg, mask, *extra; attr=(reduction, over)) | BREDUCE(arg, mask; attr=reduction)
     BAND(x, band) | BANDLIT(a, b, f) | BANDFIELD(band; attr=field) | BANDREF(attr=meta path)
     """

@@ -11,6 +11,7 @@ Anything else is unknown (None), never guessed.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -49,7 +50,7 @@ class ParamValues:
                 return np.float64(decisive)
             if any(a is None for a in args):
                 return None
-            return (k_and if op is Op.AND else k_or)(*args)
+            return functools.reduce(k_and if op is Op.AND else k_or, args)
         if op is Op.REF and n.attr[0] == "var" and n.attr[1] in self.lets:  # a let is what its expression is
             if n.attr[1] not in self.let_values:
                 self.let_values[n.attr[1]] = self.of(self.lets[n.attr[1]])

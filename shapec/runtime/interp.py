@@ -7,7 +7,9 @@ kernels do, and every three-valued rule is written out once in `ops`.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +41,9 @@ _ELEMENTWISE_POW = np.frompyfunc(c_pow, 2, 1)
 def power(a, b) -> np.ndarray:
     """Elementwise C pow (ir/powers.py says why not np.power) of two broadcastable float arrays, as float64."""
     return np.asarray(_ELEMENTWISE_POW(a, b), dtype=np.float64)
+
+
+ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": np.true_divide, "**": power}
 
 
 class Interpreter:
@@ -140,24 +145,15 @@ class Interpreter:
             band = self.band(node.args[0], ty)
             return band[..., "abf".index(node.attr)]
         args = [self.at(a, ty) if a.ty.kind != "band" else None for a in node.args]
-        if op is Op.BIN:
-            a, b = args
+        if op is Op.BIN:  # a chain of + or * is the left fold of its args
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                if node.attr == "+":
-                    return a + b
-                if node.attr == "-":
-                    return a - b
-                if node.attr == "*":
-                    return a * b
-                if node.attr == "/":
-                    return np.true_divide(a, b)
-                return power(a, b)
+                return functools.reduce(ARITHMETIC[node.attr], args)
         if op is Op.CMP:
             return k_cmp(node.attr, *[self.at(a, ty) for a in node.args])
         if op is Op.AND:
-            return k_and(*args)
+            return functools.reduce(k_and, args)
         if op is Op.OR:
-            return k_or(*args)
+            return functools.reduce(k_or, args)
         if op is Op.COND:
             c, a, b = args
             return np.where(c == 1, a, np.where(c == 0, b, NAN))

@@ -2,9 +2,10 @@
 
 MAX_EXPR_DEPTH is the contract between the front end and the backends: every expression the
 checker accepts is at most this many operators, calls and conditionals deep (after helper
-functions are inlined), and every backend handles that depth. A chain counts one level per
-operator: `a + b + c` is two deep, like `(a + b) + c`, because that is what both backends
-evaluate. Deeper specs get E104 with a hint to split them with `let`.
+functions are inlined), and every backend handles that depth. A run of one associative operator
+(CHAIN_OPERATORS) is one level, however long: `a + b + c` is one n-ary IR node, evaluated as the
+left fold `(a + b) + c` (the order float arithmetic gives), so the IR is no deeper than the
+nesting. Deeper specs get E104 with a hint to split them with `let`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import traceback
 from .source import Diagnostic, ShapeError, Span
 
 MAX_EXPR_DEPTH = 256
+CHAIN_OPERATORS = ("+", "*", "and", "or")
 FRAMES_PER_LEVEL = 8  # Python frames the checker may use per level (measured: 4, for nested calls)
 
 

@@ -18,7 +18,7 @@ from lark.exceptions import UnexpectedInput
 from .. import files
 from . import ast as A
 from . import literals
-from .depth import MAX_EXPR_DEPTH, too_deep
+from .depth import CHAIN_OPERATORS, MAX_EXPR_DEPTH, too_deep
 from .source import BOM, Diagnostic, ShapeError, Source, Span
 from .syntax_errors import SOURCE as GUARD
 from .syntax_errors import GluedKeyword, KeywordGuard, glued_error, syntax_error
@@ -77,18 +77,29 @@ def _doc(token: Token) -> str:
 
 
 def _nested(method):
-    """Records how deep the expression a builder method makes is; one E104 where it passes the limit."""
+    """Records how deep the expression a builder method makes is; one E104 where it passes the limit.
+
+    A run of one associative operator is one level (`a + b + c` is as deep as its deepest operand
+    plus one), so depth counts nesting, not length: the checker makes the run one n-ary IR node."""
     @functools.wraps(method)
     def build(self, meta, children):
         node = method(self, meta, children)
-        depth = max((self.depth.get(id(c), 0) for c in children if c is not None), default=0)
-        if not isinstance(node, A.Arg):  # an argument is its value, not a level of its own
+        inner = max((self.depth.get(id(c), 0) for c in children if c is not None), default=0)
+        depth = inner
+        if _extends_chain(node):
+            depth = max(self.depth[id(node.left)], self.depth[id(node.right)] + 1)
+        elif not isinstance(node, A.Arg):  # an argument is its value, not a level of its own
             depth += 1
-            if depth == MAX_EXPR_DEPTH + 1:
-                self.diags.append(too_deep(node.span))
+        if depth > MAX_EXPR_DEPTH >= inner:
+            self.diags.append(too_deep(node.span))
         self.depth[id(node)] = depth
         return node
     return build
+
+
+def _extends_chain(node) -> bool:
+    return (isinstance(node, A.Binary) and node.operator in CHAIN_OPERATORS
+            and isinstance(node.left, A.Binary) and node.left.operator == node.operator)
 
 
 @v_args(meta=True)

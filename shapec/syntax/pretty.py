@@ -92,9 +92,9 @@ def _expr(e: A.Expr) -> str:
             return f"{expr(left, 11)} ** {expr(right, 9)}"
         case A.Binary(operator=op, left=left, right=right) if op in _COMPARE:
             return f"{expr(left, 6)} {op} {expr(right, 6)}"
-        case A.Binary(operator=op, left=left, right=right):
-            p = _BINARY_PREC[op]
-            return f"{expr(left, p)} {op} {expr(right, p + 1)}"
+        case A.Binary():  # a chain at one precedence, printed without recursion (it may be long)
+            p, ops, operands = _chain(e)
+            return expr(operands[0], p) + "".join(f" {op} {expr(x, p + 1)}" for op, x in zip(ops, operands[1:]))
         case A.Cond(test=test, then=then, orelse=orelse):  # a conditional in the middle keeps its parentheses
             return f"{expr(test, 2)} ? {expr(then, 2)} : {expr(orelse, 1)}"
         case A.BandLit(a=a, b=b, f=f):

@@ -31,10 +31,8 @@ def node_text(node: Node) -> str:
         return node.attr[1] if isinstance(node.attr, tuple) else str(node.attr)
     if op in _OPS:
         return f"{_OPS[op]}{_atom(a[0])}"
-    if op in (Op.BIN, Op.CMP):
-        return f"{_atom(a[0])} {node.attr} {_atom(a[1])}"
-    if op in (Op.AND, Op.OR):
-        return f"{_atom(a[0])} {op.value} {_atom(a[1])}"
+    if op in (Op.BIN, Op.CMP, Op.AND, Op.OR):  # + * and or may be chains of more than two
+        return f" {node.attr if op in (Op.BIN, Op.CMP) else op.value} ".join(_atom(x) for x in a)
     if op is Op.COND:
         return f"{_atom(a[0])} ? {_atom(a[1])} : {_atom(a[2])}"
     if op in (Op.FALLBACK, Op.BANDFALLBACK):

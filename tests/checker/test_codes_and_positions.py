@@ -25,7 +25,8 @@ CASES = [
     ("E202", body("let x = 1", "let x = 2"), "let x = 2", body("let x = 1", "let y = 2")),
     ("E203", body("let x = mediann(length)"), "mediann", body("let x = median(length)")),
     ("E204", body("let x = clip(length, 1)"), "clip(length, 1)", body("let x = clip(length, 1, 2)")),
-    ("E104", body("let x = " + " + ".join(["length"] * 300)), "length + length", body("let x = " + " + ".join(["length"] * 256))),
+    ("E104", body("let x = length" + " + length - length" * 150), "length + length",
+     body("let x = length" + " + length - length" * 100 + " + " + " + ".join(["length"] * 300))),
     ("E105", body('metric "a\\qb" = 1'), "\\q", body('metric "a\\nb" = 1')),
     ("E106", body('metric "a\x1bb" = 1'), "\x1b", body('metric "a\\x1bb" = 1')),  # a raw CR ends the line (E102)
     ("E107", body("let x = 1" + "0" * 400), "1000", body("let x = 1e300")),

@@ -24,10 +24,15 @@ def spec(stmt: str) -> str:
     return f"shaper s(k: float = 1) {{\n  input length: tokens\n  {stmt}\n}}\n"
 
 
+def alternating(leaf: str, ops: tuple[str, str], levels: int) -> str:
+    """`((leaf op0 leaf) op1 leaf) op0 ...`, `levels` deep: no two operators in a row are one run."""
+    return "(" * (levels - 1) + leaf + "".join(f" {ops[i % 2]} {leaf})" for i in range(levels - 1))
+
+
 # every form of nesting, at exactly `levels` levels deep (a leaf is one level)
 FORMS = {
-    "sum": lambda d: "let x = " + " + ".join(["length"] * d),
-    "product": lambda d: "let x = " + " * ".join(["k"] * d),
+    "sum": lambda d: "let x = " + alternating("length", ("+", "-"), d),
+    "product": lambda d: "let x = " + alternating("k", ("*", "/"), d),
     "neg": lambda d: "let x = " + "-" * (d - 1) + "k",
     "neg_parens": lambda d: "let x = " + "-(" * (d - 1) + "k" + ")" * (d - 1),
     "not": lambda d: "let x = " + "not " * (d - 1) + "true",
@@ -35,10 +40,21 @@ FORMS = {
     "call": lambda d: "let x = " + "abs(" * (d - 1) + "k" + ")" * (d - 1),
     "pow": lambda d: "let x = " + " ** ".join(["k"] * d),
     "fallback": lambda d: "let x = " + " ?? ".join(["k"] * d),
-    "and": lambda d: "let x = " + " and ".join(["true"] * d),
-    "where": lambda d: "let x = count(length > 0 where " + " and ".join(["length > 1"] * (d - 2)) + ")",
-    "skip": lambda d: "skip big when any(" + " or ".join(["length > 1"] * (d - 2)) + ")",
-    "state": lambda d: "state st: float = 0 update " + " + ".join(["st"] * d),
+    "and": lambda d: "let x = " + alternating("true", ("and", "or"), d),
+    "where": lambda d: "let x = count(length > 0 where " + alternating("length > 1", ("and", "or"), d - 2) + ")",
+    "skip": lambda d: "skip big when any(" + alternating("length > 1", ("or", "and"), d - 2) + ")",
+    "state": lambda d: "state st: float = 0 update " + alternating("st", ("+", "*"), d),
+}
+
+# a run of one operator is one level however long: these are 2 deep (a leaf, then the run)
+RUNS = {
+    "sum": "let x = " + " + ".join(["length"] * 5000),
+    "product": "let x = " + " * ".join(["k"] * 5000),
+    "and": "let x = " + " and ".join(["true"] * 5000),
+    "or": "let x = " + " or ".join(["true"] * 5000),
+    "where": "let x = count(length > 0 where " + " and ".join(["length > 1"] * 5000) + ")",
+    "skip": "skip big when any(" + " or ".join(["length > 1"] * 5000) + ")",
+    "state": "state st: float = 0 update " + " + ".join(["st"] * 5000),
 }
 
 
@@ -51,8 +67,20 @@ def test_depth_up_to_the_limit_checks_and_one_more_is_e104(form):
     assert d.location()[0] == 3 and "^" in d.render()
 
 
-def test_a_sum_far_past_the_limit_is_one_e104_at_its_start():
-    text = spec("term t = " + " + ".join(["1"] * 5000))
+@pytest.mark.parametrize("form", RUNS)
+def test_a_run_of_one_operator_far_past_the_limit_checks(form):
+    assert check_source(spec(RUNS[form]), "f.shape") == []
+
+
+def test_a_run_of_one_operator_is_a_level_where_it_nests_deeper():
+    """`x + y + z` beside `x - y` or `x * y`, in parentheses, is one level more than its deepest operand."""
+    within, past = (spec("let x = (" + alternating("k", ("*", "/"), d - 1) + " + k + k)") for d in (N, N + 1))
+    assert check_source(within, "f.shape") == []
+    assert [d.code for d in check_source(past, "f.shape")] == ["E104"]
+
+
+def test_additions_and_subtractions_far_past_the_limit_are_one_e104_at_their_start():
+    text = spec("term t = 1" + " + 1 - 1" * 2500)
     [d] = check_source(text, "f.shape")
     assert (d.code, d.location()[:2]) == ("E104", position(text, "1 + 1"))
 
@@ -67,7 +95,7 @@ def test_a_thousand_nested_levels_is_e104_or_passes(stmt):
 
 
 def test_helpers_inlined_past_the_limit_are_e104_at_the_statement():
-    fn = "fn f(x) = " + " + ".join(["x"] + ["1"] * 100) + "\nfn g(x) = f(f(f(x)))\n"
+    fn = "fn f(x) = x" + " + 1 - 1" * 50 + "\nfn g(x) = f(f(f(x)))\n"
     text = fn + spec("let y = g(length)")
     [d] = check_source(text, "f.shape")
     assert (d.code, d.location()[:2]) == ("E104", position(text, "g(length)"))

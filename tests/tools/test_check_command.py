@@ -65,7 +65,8 @@ def test_usage_and_unreadable_exit_2(tmp_path):
 
 
 ONCE_TRACEBACKED = {  # file: (statement, code, column of the caret)
-    "sum486.shape": ("term t = " + " + ".join(["1"] * 486), "E104", 12),
+    "sum486.shape": ("term t = 1" + " + 1 - 1" * 243, "E104", 12),
+    "sum5000.shape": ("term t = " + " + ".join(["1"] * 5000), None, None),  # one run of + is one level
     "neg1000.shape": ("term t = " + "-" * 1000 + "1", "E104", 12 + 1000 - 256),
     "not1000.shape": ("term t = (" + "not " * 1000 + "true) ? 1 : 0", "E104", 13 + 4 * (1000 - 256)),
     "cond1000.shape": ("term t = " + "true ? " * 1000 + "1" + " : 0" * 1000, "E104", 12 + 7 * (1000 - 256)),

@@ -238,3 +238,14 @@ def test_a_wide_parenthesized_operand_breaks_inside_its_parentheses():
     assert lines[3] == "  term t = -w * (float(aaaaaaaaaaaa) / 1000 + float(bbbbbbbbbbbb) / 1000"
     assert lines[4] == "    + float(aaaaaaaaaaaa) / 2000 + float(bbbbbbbbbbbb) / 2000)"
     assert parse(pretty(parse(source))) == parse(source)
+
+
+@pytest.mark.parametrize("joiner", [" + ", " * ", " and ", " or "])
+def test_a_thousand_term_chain_formats_in_lines_that_fit_and_formats_the_same_again(joiner):
+    """The printer walks a chain without recursion, and adds no parentheses: the operators are the same."""
+    chain = joiner.join(["x"] * 1000)
+    text = f"shaper s() {{\n  input x: float\n  let v = {chain}\n}}\n"
+    formatted = format_source(text)
+    assert format_source(formatted) == formatted
+    assert max(map(len, formatted.splitlines())) <= 88 and len(formatted.splitlines()) > 40
+    assert f"let v = {chain} }}" in " ".join(formatted.split())

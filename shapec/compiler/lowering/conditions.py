@@ -32,7 +32,9 @@ LOGIC = (Op.AND, Op.OR, Op.NOT, Op.CMP, Op.CONST)
 
 
 def _height(node: Node, limit: int) -> int:
-    """Levels of and/or/not/cmp above the leaves, counted up to `limit` (then: more than limit)."""
+    """Levels of and/or/not/cmp above the leaves, counted up to `limit` (then: more than limit). A
+    chain of n operands counts the n - 1 levels of the nested form it folds: numba walks the blocks
+    of one short-circuit test recursively, so a long one goes through ex(), which spills it."""
     best = 0
     stack = [(node, 1)]
     while stack:
@@ -43,7 +45,7 @@ def _height(node: Node, limit: int) -> int:
         if best > limit:
             return best
         if n.op is not Op.CMP:
-            stack.extend((c, h + 1) for c in n.args)
+            stack.extend((c, h + max(1, len(n.args) - 1)) for c in n.args)
     return best
 
 

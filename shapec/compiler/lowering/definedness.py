@@ -27,6 +27,8 @@ level of their expression (they are ordered, so one pass in source order sees ev
 
 from __future__ import annotations
 
+import functools
+
 from ...ir.nodes import Node, Op
 from . import conditions
 from ...ir.nodes import post_order
@@ -38,6 +40,16 @@ CALLS_KEEPING = {"abs": FINITE, "int": FINITE, "float": FINITE, "min": FINITE, "
                  "exp": NUMBER, "sigmoid": NUMBER}  # a call -> the best level it keeps (its operands' least)
 ALWAYS_FINITE_CALLS = ("missing", "present")
 COUNTING = ("count", "any", "all")
+
+
+def _sum_level(a: int, b: int) -> int:
+    """a + b needs two infinities to be NaN: one finite operand rules it out."""
+    return NUMBER if min(a, b) >= NUMBER and max(a, b) == FINITE else MAYBE
+
+
+def _product_level(a: int, b: int) -> int:
+    """a * b is NaN for 0 * inf: two finite operands rule it out."""
+    return NUMBER if min(a, b) == FINITE else MAYBE
 
 
 class Definedness:
@@ -87,11 +99,12 @@ class Definedness:
 
     @staticmethod
     def _arithmetic_level(n: Node, args: list[int]) -> int:
-        """NaN comes only from inf - inf, 0 * inf, 0 / 0 or inf / inf, and a power."""
-        if n.attr in ("+", "-"):  # needs two infinities: one finite operand rules it out
-            return NUMBER if min(args) >= NUMBER and max(args) == FINITE else MAYBE
+        """NaN comes only from inf - inf, 0 * inf, 0 / 0 or inf / inf, and a power. A chain of +
+        or * is judged step by step, as it is evaluated (its partial sums may overflow)."""
+        if n.attr in ("+", "-"):
+            return functools.reduce(_sum_level, args)
         if n.attr == "*":
-            return NUMBER if min(args) == FINITE else MAYBE
+            return functools.reduce(_product_level, args)
         divisor = n.args[1]
         if n.attr == "/" and divisor.op is Op.CONST and args[1] == FINITE and divisor.attr != 0:
             return NUMBER if args[0] >= NUMBER else MAYBE

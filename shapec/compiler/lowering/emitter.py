@@ -28,11 +28,18 @@ class Emitter:
         self.lines.append(("    " * self.depth + line) if line else "")
 
     def flush(self, line: str) -> None:
-        for name in TEMP.findall(line):
+        """Writes the temporaries line reads, each after those it reads in turn (a stack, not
+        recursion: a long chain is a long run of temporaries, each reading the one before)."""
+        stack: list[tuple[str, str | None]] = [(name, None) for name in reversed(TEMP.findall(line))]
+        while stack:
+            name, code = stack.pop()
+            if code is not None:
+                self.lines.append("    " * self.depth + f"{name} = {code}")
+                continue
             code = self.pending.pop(name, None)
             if code is not None:
-                self.flush(code)
-                self.lines.append("    " * self.depth + f"{name} = {code}")
+                stack.append((name, code))
+                stack.extend((inner, None) for inner in reversed(TEMP.findall(code)))
 
     @contextmanager
     def indented(self):

@@ -12,6 +12,7 @@ from .emitter import Scope, lit
 from .names import ShapecInternalError
 
 SPILL_HEIGHT = 24  # deepest nesting of one emitted expression (at most 4 brackets a level; Python allows 200)
+CHAIN_PIECE = 64  # operands of one flat chain written on one line (Python's compiler recurses once per operand)
 CMP_CODES = {"==": 0, "!=": 1, "<": 2, "<=": 3, ">": 4, ">=": 5}
 UNARY_CALLS = {
     "abs": "abs({})", "exp": "np.exp({})", "log": "k_log({})", "sqrt": "k_sqrt({})",
@@ -129,16 +130,17 @@ class Expressions:
         if op is Op.BIN:
             if node.attr not in BIN_OPS:
                 raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
-            return f"k_pow({a[0]}, {a[1]})" if node.attr == "**" else f"({a[0]} {node.attr} {a[1]})"
+            return f"k_pow({a[0]}, {a[1]})" if node.attr == "**" else self.flat_chain(a, f" {node.attr} ")
         defined = [self.defined(x) for x in _operands(node)] if op in DEFINED_FORMS else []
         if op is Op.CMP:
             if all(defined):
                 return f"k_flag({a[0]} {node.attr} {a[1]})"
             return f"k_cmp({CMP_CODES[node.attr]}, {a[0]}, {a[1]})"
-        if op is Op.AND:
-            return f"k_flag({a[0]} != 0.0 and {a[1]} != 0.0)" if all(defined) else f"k_and({a[0]}, {a[1]})"
-        if op is Op.OR:
-            return f"k_flag({a[0]} == 1.0 or {a[1]} == 1.0)" if all(defined) else f"k_or({a[0]}, {a[1]})"
+        if op in (Op.AND, Op.OR):  # numba walks the blocks of a short-circuit test recursively: a long one folds
+            if all(defined) and len(a) <= SPILL_HEIGHT:
+                joiner, test = (" and ", "{} != 0.0") if op is Op.AND else (" or ", "{} == 1.0")
+                return "k_flag(" + joiner.join(test.format(x) for x in a) + ")"
+            return self.nested_fold("k_and" if op is Op.AND else "k_or", a)
         if op is Op.COND:
             if defined[0] and self.clean(node.args[0]):  # certainly 0 or 1
                 return f"({a[1]} if {a[0]} == 1.0 else {a[2]})"
@@ -153,18 +155,32 @@ class Expressions:
         if op is Op.CALL:
             fn = node.attr
             if fn in ("min", "max"):
-                out = a[0]
-                for k, x in enumerate(a[1:], 1):
-                    if k % SPILL_HEIGHT == 0:  # a long fold nests like a long chain
-                        out, self.pending[t] = (t := self.fresh("t")), out
-                    out = f"k_{fn}({out}, {x})"
-                return out
+                return self.nested_fold(f"k_{fn}", a)
             if fn == "clip":
                 return f"k_clip({a[0]}, {a[1]}, {a[2]})"
             if fn in ("missing", "present") and self.defined(node.args[0]):
                 return "0.0" if fn == "missing" else "1.0"
             return UNARY_CALLS[fn].format(a[0])
         raise ShapecInternalError(f"lowering: unknown node {op}")
+
+    def flat_chain(self, parts: list[str], operator: str) -> str:
+        """`(a + b + c)`, which Python evaluates as the left fold `((a + b) + c)`, as the IR does; a
+        long chain in pieces of CHAIN_PIECE operands, each a temporary the next piece starts from."""
+        while len(parts) > CHAIN_PIECE:
+            piece = self.fresh("t")
+            self.pending[piece] = "(" + operator.join(parts[:CHAIN_PIECE]) + ")"
+            parts = [piece, *parts[CHAIN_PIECE:]]
+        return "(" + operator.join(parts) + ")"
+
+    def nested_fold(self, fn: str, parts: list[str]) -> str:
+        """`fn(fn(a, b), c)`: a long fold nests like a long chain, so every SPILL_HEIGHT calls the
+        fold so far becomes a temporary."""
+        out = parts[0]
+        for k, x in enumerate(parts[1:], 1):
+            if k % SPILL_HEIGHT == 0:
+                out, self.pending[t] = (t := self.fresh("t")), out
+            out = f"{fn}({out}, {x})"
+        return out
 
     def param_local(self, name: str) -> str:
         """The local that holds a param's value in the group being shaped."""

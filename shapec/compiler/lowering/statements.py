@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step
 from ...ir.nodes import walk
+from .conditions import MAX_HEIGHT
 from .emitter import Scope
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
 
@@ -26,12 +27,13 @@ def always(cond: Node) -> bool:
 
 
 def conjuncts(when: Node) -> list[Node]:
-    """The operands of a chain of `and`s, left to right (a stack: conditions can be deep)."""
+    """The operands of a chain of `and`s, left to right (a stack: conditions can be deep). A chain
+    longer than MAX_HEIGHT is one conjunct, tested whole: numba walks a long run of tests recursively."""
     out, stack = [], [when]
     while stack:
         n = stack.pop()
-        if n.op is Op.AND:
-            stack += [n.args[1], n.args[0]]
+        if n.op is Op.AND and len(n.args) <= MAX_HEIGHT:
+            stack += reversed(n.args)
         else:
             out.append(n)
     return out
