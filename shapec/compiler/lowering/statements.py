@@ -403,10 +403,8 @@ class Statements:
             o("for i in range(s, e):")
             with o.indented():
                 preamble()
-                # the factor is evaluated only where it can apply (a band factor's lookup is most of its cost)
-                o(f"applied = {self.applies(step, scope)}base[i - s] > 0.0")
-                o(f"m = {m} if applied else 1.0")
-                o("applied = applied and not isnan(m)")
+                o(f"m = {m}")
+                o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
                 o(f"{self.slot('factor', k)} = m if applied else 1.0")
                 o("run[i - s] = run[i - s] * m if applied else run[i - s]")
 
