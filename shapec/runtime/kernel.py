@@ -114,7 +114,7 @@ class Kernel:
         """Run kernel `fn` (for_params' choice for `packed`) on a validated batch; `entering`: each
         per-prompt state's (G,) values as the call's prompts enter it."""
         ir = self.ir
-        n, G = len(batch.rewards), len(batch.offsets) - 1
+        n, G = batch.n, batch.groups
         if not training:
             skip = np.full(G, ir.skip_reasons.index("validation"), dtype=np.int64)
             return StageOutput(batch.rewards.copy(), {t: np.zeros(n) for t in ir.terms} if breakdown else {},
@@ -141,7 +141,7 @@ class Kernel:
             out, dict(zip(ir.terms, terms)) if breakdown else {},
             dict(zip(ir.factors, factors)) if breakdown else {}, skip,
             dict(zip(ir.gate_reasons, gates)), dict(zip(self.metric_names, metrics.tolist())),
-            dict(zip(self.state_names, state_out.tolist())) if self.state_names else {}, kept[0] if kept else None,
+            dict(zip(self.state_names, state_out.tolist())), kept[0] if kept else None,
             dict(zip(self.prompt_state_names, prompt_out[0])) if prompt_out else {})
 
 

@@ -393,9 +393,8 @@ class CompiledShaper:
              entering: dict[str, np.ndarray]) -> StageOutput:
         state = self._states.batch[ir.name]
         resolved = bound.resolved[i]
-        if resolved.per_group:
-            resolved.check_groups(batch.groups)
         if self._kernels is not None:
+            resolved.check_groups(batch.groups)  # the interpreter's columns() checks them itself
             kernel = self._kernels[i]
             fn, packed = bound.kernel_args(i, kernel, batch.groups) if training else (None, [])
             return kernel.run(fn, batch, packed, state, training, breakdown, entering)
