@@ -10,15 +10,13 @@ interleaved with the original and the hand kernel (kernels alone, breakdown off)
             (13 rollout passes today, each in its own `if` of the same group condition, which
             loop fusion does not look into)
   tail      the clamp and the three band factors in one pass (4 passes, one `if` per factor)
-  bands     each band factor's k_band evaluated only where the factor applies (a right rollout
-            whose reward entering the factors is > 0), not for every rollout before the test
   grouprel  group-relative scaling: the scaled values of all three channels and their means in
             one pass, the centring and the term in a second (4 passes and 3 more stored rows)
   profiled  the profiled list: count and sum in one item pass, the squares in a second (4 item
             passes today, a batch-sized flag array filled per call, the same selection copied
             twice, for std and for mean, and summed twice)
   blockadj  block_adjustment summed in term 10's own loop instead of a row of its own
-  all       all six
+  all       all five
 
 Each rewrite matches the text today's lowering writes; one that no longer matches (the lowering
 changed) is reported and left out.
@@ -293,20 +291,8 @@ def grouprel(t: str) -> str:
                "        else:\n            for i in range(s, e):\n                tv6[i - s] = 0.0", GREL)
 
 
-def bands(t: str) -> str:
-    """Each band factor's k_band evaluated only where the factor applies (right, base > 0)."""
-    lazy = r"\1applied = \3 and \4 > 0.0\1m = \2 if applied else 1.0\1applied = applied and not isnan(m)\n"
-    t, count = BAND_LINE.subn(lazy, t)
-    if count != 3:
-        raise ValueError("band factors not found")
-    return t
-
-
-BAND_LINE = re.compile(r"(\n +)m = (k_band\([^\n]*\))\n +applied = (.*) and not isnan\(m\)"
-                       r" and (base\[i - s\]|b_) > 0\.0\n")
-
-REWRITES = {"block": (block,), "tail": (tail,), "bands": (bands,), "grouprel": (grouprel,), "profiled": (profiled,),
-            "blockadj": (blockadj,), "all": (blockadj, tail, bands, profiled, block, grouprel)}
+REWRITES = {"block": (block,), "tail": (tail,), "grouprel": (grouprel,), "profiled": (profiled,),
+            "blockadj": (blockadj,), "all": (blockadj, tail, profiled, block, grouprel)}
 
 
 def rewritten(src: str) -> dict[str, str]:

@@ -28,6 +28,31 @@ MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go thro
 # whole kernels lowered both ways
 TWO_VALUED = True
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "!=": "=="}
+
+
+def never(cond: Node) -> bool:
+    """A conjunct that is the constant 0: the statement applies nowhere."""
+    return cond.op is Op.CONST and cond.attr == 0.0
+
+
+def always(cond: Node) -> bool:
+    """A conjunct that is the constant 1: it leaves an `and` as the other operands are."""
+    return cond.op is Op.CONST and cond.attr == 1.0
+
+
+def conjuncts(when: Node) -> list[Node]:
+    """The operands of a chain of `and`s, left to right (a stack: conditions can be deep). A chain
+    longer than MAX_HEIGHT is one conjunct, tested whole: numba walks a long run of tests recursively."""
+    out, stack = [], [when]
+    while stack:
+        n = stack.pop()
+        if n.op is Op.AND and len(n.args) <= MAX_HEIGHT:
+            stack += reversed(n.args)
+        else:
+            out.append(n)
+    return out
+
+
 LOGIC = (Op.AND, Op.OR, Op.NOT, Op.CMP, Op.CONST)
 
 

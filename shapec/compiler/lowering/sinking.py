@@ -21,7 +21,7 @@ from __future__ import annotations
 from ...ir.nodes import CONST, Node, Op, Step
 from ...ir.nodes import walk
 from .emitter import Scope
-from .statements import always
+from .conditions import always
 
 
 def _var_refs(nodes) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step
 from ...ir.nodes import walk
-from .conditions import MAX_HEIGHT
+from .conditions import always, conjuncts, never
 from .emitter import Scope
 from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
 
@@ -14,29 +14,6 @@ from .reductions import BATCH_RUNNING, ROLLOUT_VALUED
 def _reductions(node: Node) -> list[Node]:
     """The group reductions under node."""
     return [n for n in walk(node) if n.op is Op.REDUCE]
-
-
-def never(cond: Node) -> bool:
-    """A conjunct that is the constant 0: the statement applies nowhere."""
-    return cond.op is Op.CONST and cond.attr == 0.0
-
-
-def always(cond: Node) -> bool:
-    """A conjunct that is the constant 1: it leaves an `and` as the other operands are."""
-    return cond.op is Op.CONST and cond.attr == 1.0
-
-
-def conjuncts(when: Node) -> list[Node]:
-    """The operands of a chain of `and`s, left to right (a stack: conditions can be deep). A chain
-    longer than MAX_HEIGHT is one conjunct, tested whole: numba walks a long run of tests recursively."""
-    out, stack = [], [when]
-    while stack:
-        n = stack.pop()
-        if n.op is Op.AND and len(n.args) <= MAX_HEIGHT:
-            stack += reversed(n.args)
-        else:
-            out.append(n)
-    return out
 
 
 class Statements:
@@ -400,13 +377,16 @@ class Statements:
 
         def body():
             m = self.rollout_loop(step, scope)
-            o("for i in range(s, e):")
+            band = step.expr.args[1] if step.expr.op is Op.BAND and step.expr.args[1].ty.level <= GROUP else None
+            if band is None:
+                self.factor_loop(step, scope, k, m, preamble)
+                return
+            o(f"if {self.scoped(band, scope)[3]} == 1.0:")  # no band: the factor is missing, 1, everywhere
             with o.indented():
-                preamble()
-                o(f"m = {m}")
-                o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
-                o(f"{self.slot('factor', k)} = m if applied else 1.0")
-                o("run[i - s] = run[i - s] * m if applied else run[i - s]")
+                self.factor_loop(step, scope, k, m, preamble)
+            o("else:")
+            with o.indented():
+                off()
 
         def off():
             o("for i in range(s, e):")
@@ -417,6 +397,21 @@ class Statements:
         self.guarded(step, scope, body, off)
         self.first_running = False
         self.first_factor = False
+
+    def factor_loop(self, step: Step, scope: Scope, k: int, m: str, preamble) -> None:
+        o = self.out
+        o("for i in range(s, e):")
+        with o.indented():
+            preamble()
+            if any(n.op is Op.BAND for n in walk(step.expr)):  # a band lookup is worth skipping where it cannot apply
+                o(f"applied = {self.applies(step, scope)}base[i - s] > 0.0")
+                o(f"m = {m} if applied else 1.0")
+                o("applied = applied and not isnan(m)")
+            else:  # a cheap factor costs less computed everywhere than branched around
+                o(f"m = {m}")
+                o(f"applied = {self.applies(step, scope)}not isnan(m) and base[i - s] > 0.0")
+            o(f"{self.slot('factor', k)} = m if applied else 1.0")
+            o("run[i - s] = run[i - s] * m if applied else run[i - s]")
 
     def finish_group(self, scope: Scope) -> None:
         ir, o = self.ir, self.out
