@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, walk
+from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, walk, StepKind
 from ..syntax.source import Span
 from . import static
 from .properties import Goal, goals
@@ -63,7 +63,7 @@ def decide(ir: ShaperIR, goal: Goal, trials: int = TRIALS) -> Verdict:
 
 def blame(ir: ShaperIR, goal: Goal, found: Found):
     """The first term, clamp, factor or result without which the counterexample keeps the property."""
-    for st in [s for s in ir.steps if s.kind in ("term", "clamp", "factor")] + ["result"]:
+    for st in [s for s in ir.steps if s.kind in (StepKind.TERM, StepKind.CLAMP, StepKind.FACTOR)] + ["result"]:
         if st == "result":
             if ir.result is None:
                 break

@@ -8,7 +8,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from ..ir.nodes import Op, PipelineIR, ShaperIR
+from ..ir.nodes import Op, PipelineIR, ShaperIR, StepKind
 from ..syntax.source import Diagnostic, Span
 from ..checker.codes import REFUTED_ERROR, REFUTED_WARNING
 from .prove import Verdict, defaults_read
@@ -146,7 +146,7 @@ def diagnostics(verdicts: list[Verdict], spec: str, folder: Path | None) -> list
             st = v.blame
             if v.goal.declared and st is not None and v.at is None:
                 span = v.shaper.result.span if st == "result" else st.expr.span
-                what = "the result" if st == "result" else f"{st.kind} {st.name}"
+                what = "the result" if st == "result" else f"{st.kind.value} {st.name}"
                 out.append(Diagnostic(code, f"{what} breaks it: without it the counterexample keeps the property",
                                       span, "note"))
         elif v.status == "refuted" and v.goal.at_defaults is not None:
@@ -215,7 +215,7 @@ def _std_normalised(ir: ShaperIR) -> bool:
             return True
         return any(walk(a) for a in n.args)
 
-    defs = {st.name: st.expr for st in ir.steps if st.kind == "let"}
+    defs = {st.name: st.expr for st in ir.steps if st.kind is StepKind.LET}
 
     def _reads_std(n) -> bool:
         if n.op is Op.REDUCE and n.attr[0] == "std":

@@ -16,7 +16,7 @@ import contextlib
 import math
 
 from ..ir.intervals import FULL, hull, node_interval
-from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, UNITS
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, UNITS, StepKind
 
 INF = math.inf
 REWARD = {"binary": (0.0, 1.0), "unit": (0.0, 1.0), "nonneg": (0.0, INF), "real": FULL}
@@ -28,7 +28,7 @@ MAX_DEPTH = 64
 
 def _defs(ir: ShaperIR) -> dict:
     defs = {name: node for name, node in ir.channels}
-    defs.update({st.name: st.expr for st in (*ir.batch_steps, *ir.steps) if st.kind in ("let", "gate")})
+    defs.update({st.name: st.expr for st in (*ir.batch_steps, *ir.steps) if st.kind in (StepKind.LET, StepKind.GATE)})
     return defs
 
 
@@ -46,7 +46,7 @@ class Bounds:
         self.own = (own, own) if own is not None else domain
         self.member = self.own if everyone else domain
         self.defs = _defs(ir)
-        self.terms = {st.name: st for st in ir.steps if st.kind == "term"}
+        self.terms = {st.name: st for st in ir.steps if st.kind is StepKind.TERM}
         self.params = {p.name: p for p in ir.params}
         self.inputs = dict(ir.inputs)
         self.assume: dict = {}
@@ -227,9 +227,9 @@ class Bounds:
             return out if self.never_missing(self.ir.result) else hull(out, self.own)
         lo, hi = self.own
         for st in self.ir.steps:
-            if st.kind not in ("term", "clamp", "factor"):
+            if st.kind not in (StepKind.TERM, StepKind.CLAMP, StepKind.FACTOR):
                 continue
-            if st.kind == "term":
+            if st.kind is StepKind.TERM:
                 tlo, thi = self.contribution(st)
                 lo, hi = lo + tlo, hi + thi
                 continue
@@ -238,7 +238,7 @@ class Bounds:
                 continue
             with self.assuming(found):
                 vlo, vhi = self.of(st.expr)
-            if st.kind == "clamp":
+            if st.kind is StepKind.CLAMP:
                 lo, hi = (max(lo, vlo) if self.always(st) else lo), max(hi, vhi)
             elif vlo < 0 or vhi > 1:
                 return FULL

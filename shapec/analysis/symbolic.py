@@ -15,7 +15,7 @@ import math
 
 import z3
 
-from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type, UNITS
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type, UNITS, StepKind
 from .static import Bounds
 
 TIMEOUT_MS = 8000
@@ -121,11 +121,11 @@ class Encoder:
                 return self.fresh(node)
             if isinstance(d, Node):
                 return self.ev(d, i)
-            if d.kind in ("let", "gate"):
+            if d.kind in (StepKind.LET, StepKind.GATE):
                 return self.ev(d.expr, i)
-            if d.kind == "term":
+            if d.kind is StepKind.TERM:
                 return self.term(d, i)
-            if d.kind == "gaterules":
+            if d.kind is StepKind.GATERULES:
                 return self.gate_rules(d, i)
             return self.fresh(node)
         if ns == "builtin" and name == "reward":
@@ -332,14 +332,14 @@ class Encoder:
         run = None
         base = None
         for st in self.ir.steps:
-            if st.kind == "term":
+            if st.kind is StepKind.TERM:
                 t, _ = self.term(st, i)
                 total = t if total is None else total + t
-            elif st.kind == "clamp":
+            elif st.kind is StepKind.CLAMP:
                 run = run if run is not None else (r + total if total is not None else r)
                 lo, ml = self.ev(st.expr, i)
                 run = z3.If(z3.And(self.applies(st, i), z3.Not(ml), run < lo), lo, run)
-            elif st.kind == "factor":
+            elif st.kind is StepKind.FACTOR:
                 run = run if run is not None else (r + total if total is not None else r)
                 base = run if base is None else base
                 f, mf = self.ev(st.expr, i)

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from .shared import memoised
 from ..ir.intervals import arith
-from ..ir.nodes import Node, Op, UNITS
+from ..ir.nodes import Node, Op, UNITS, StepKind
 
 BOOL = "bool"  # the checker's element kind of booleans (shared.BOOL)
 
@@ -98,9 +98,9 @@ def keeps_binary(ck: ShaperFacts, steps, result: Node | None) -> bool:
     if result is not None:
         out = values(ck, result)
         return out is not None and out <= BINARY
-    if any(st.kind in ("term", "clamp") for st in steps):
+    if any(st.kind in (StepKind.TERM, StepKind.CLAMP) for st in steps):
         return False
-    factors = [st for st in steps if st.kind == "factor"]
+    factors = [st for st in steps if st.kind is StepKind.FACTOR]
     return bool(factors) and all((v := values(ck, st.expr)) is not None and v <= BINARY for st in factors)
 
 

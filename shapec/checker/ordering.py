@@ -10,7 +10,7 @@ from ..syntax import ast as A
 from . import contracts as C
 from .shared import BOOL, INF, memoised
 from ..ir.intervals import node_interval
-from ..ir.nodes import Node, Op, UNITS
+from ..ir.nodes import Node, Op, UNITS, StepKind
 
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
@@ -62,8 +62,8 @@ class OrderingPass:
             seen = max(seen, rank[kind])
 
     def contracts(self, requires, produces, steps, factors, result, s) -> str:
-        terms = [st for st in steps if st.kind == "term"]
-        clamps = [st for st in steps if st.kind == "clamp"]
+        terms = [st for st in steps if st.kind is StepKind.TERM]
+        clamps = [st for st in steps if st.kind is StepKind.CLAMP]
         hard_clamp = any(c.on is None and c.when is None and self.range(c.expr)[0] >= 0 for c in clamps)
         term_lo = min([self.range(t.expr)[0] for t in terms] + [0.0])
         term_hi = max([self.range(t.expr)[1] for t in terms] + [0.0])

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from .shared import BAD, BOOL, NUM, Binding, finite_const
-from ..ir.nodes import BATCH, GROUP, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, ShaperIR, Step, Type
+from ..ir.nodes import BATCH, GROUP, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, ShaperIR, Step, Type, StepKind
 from .ordering import CONTRACTS, OrderingPass
 from .scopes import ScopesPass
 from .types import TypesPass
@@ -108,14 +108,14 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                         self.define(name, node, "let", st.span, node)
                         continue
                     if self.define(name, Node(Op.REF, (), node.ty, ("var", name), st.span), "let", st.span, node):
-                        step = Step("let", name, node)
+                        step = Step(StepKind.LET, name, node)
                         (batch_steps if node.ty.level == BATCH else steps).append(step)
                 case A.Gate(name=name, expr=e):
                     node = self.expr(e)
                     self.expect_bool(node, e.span, "a gate")
                     ty = replace(node.ty, kind=BOOL) if node.ty is not POISON else node.ty
                     if self.define(name, Node(Op.REF, (), ty, ("var", name), st.span), "gate", st.span, node):
-                        step = Step("gate", name, node)
+                        step = Step(StepKind.GATE, name, node)
                         if ty.level == BATCH:
                             batch_steps.append(step)
                         else:
@@ -136,7 +136,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     level = max([GROUP] + [w.ty.level for _, _, w in checked if w is not None and w.ty is not POISON])
                     ty = Type(BOOL, min(level, GROUP))
                     if self.define(name, Node(Op.REF, (), ty, ("var", name), st.span), "gate", st.span):
-                        steps.append(Step("gaterules", name, rules=tuple(checked)))
+                        steps.append(Step(StepKind.GATERULES, name, rules=tuple(checked)))
                         reasons = []
                         for _, reason, _ in checked:
                             if reason not in reasons:
@@ -154,13 +154,13 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                                        "metadata, because skips run before the shaper body", e.span)
                         else:
                             node = self.skip_free(node)
-                    skips.append(Step("skip", reason, node, mode=mode))
+                    skips.append(Step(StepKind.SKIP, reason, node, mode=mode))
                 case A.Term(name=name, expr=e, on=on, when=when):
                     node, on_n, when_n = self.applied(e, on, when, "term")
                     order.append(("term", st.span))
                     if self.define(name, Node(Op.REF, (), Type(NUM, ROLLOUT), ("var", name), st.span), "term", st.span, node):
                         terms.append(name)
-                        steps.append(Step("term", name, node, on_n, when_n))
+                        steps.append(Step(StepKind.TERM, name, node, on_n, when_n))
                 case A.Factor(name=name, expr=e, on=on, when=when):
                     node, on_n, when_n = self.applied(e, on, when, "factor")
                     order.append(("factor", st.span))
@@ -173,11 +173,11 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                                        f"or a power with a non-positive exponent of a value >= 1{hint}", e.span)
                     if self.define(name, Node(Op.REF, (), Type(NUM, ROLLOUT), ("var", name), st.span), "factor", st.span, node):
                         factors.append((name, on_n, st.span))
-                        steps.append(Step("factor", name, node, on_n, when_n))
+                        steps.append(Step(StepKind.FACTOR, name, node, on_n, when_n))
                 case A.Clamp(lo=lo_e, on=on, when=when):
                     node, on_n, when_n = self.applied(lo_e, on, when, "clamp")
                     order.append(("clamp", st.span))
-                    steps.append(Step("clamp", f"clamp{sum(1 for s_ in steps if s_.kind == 'clamp')}",
+                    steps.append(Step(StepKind.CLAMP, f"clamp{sum(1 for s_ in steps if s_.kind is StepKind.CLAMP)}",
                                       node, on_n, when_n))
                 case A.State(name=name, type=typ, init=init, update=upd, per_prompt=per_prompt):
                     value = finite_const(init, self.error)
@@ -205,7 +205,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                                        f"update must be one number for the whole batch; this is "
                                        f"{in_words(node.ty)}{batch_hint(node.ty)}", upd.span)
                         states.append((name, value))
-                        batch_steps.append(Step("state", name, node))
+                        batch_steps.append(Step(StepKind.STATE, name, node))
                 case A.Metric(name=name, expr=e):
                     self.metric_ctx = True
                     node = self.expr(e)

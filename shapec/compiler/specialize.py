@@ -40,7 +40,7 @@ import numpy as np
 
 from ..ir.partial import ParamValues
 from ..ir.values import k_and, k_cmp, k_or
-from ..ir.nodes import Node, Op, PARAM, ShaperIR, Step
+from ..ir.nodes import Node, Op, PARAM, ShaperIR, Step, StepKind
 from ..ir.nodes import post_order, steps_nodes, walk
 
 UNKNOWN = None  # a fact the params do not settle: the code stays general there
@@ -108,7 +108,7 @@ class _Folder:
     def __init__(self, ir: ShaperIR, decided: dict[tuple, float], zeros: set[str]):
         self.ir, self.decided, self.zeros = ir, decided, zeros
         self.known: dict[str, Node] = {}  # let or gate-rule block -> the constant it always holds
-        self.gaterules = {s.name for s in ir.steps if s.kind == "gaterules"}
+        self.gaterules = {s.name for s in ir.steps if s.kind is StepKind.GATERULES}
 
     def run(self) -> ShaperIR:
         ir = self.ir
@@ -124,7 +124,7 @@ class _Folder:
     def step(self, s: Step) -> Step:
         expr, on, when = self.fold(s.expr), self.fold(s.on), self.fold(s.when)
         rules = s.rules
-        if s.kind == "gaterules":
+        if s.kind is StepKind.GATERULES:
             rules = []
             for verdict, reason, w in s.rules:
                 w = self.fold(w)
@@ -137,7 +137,7 @@ class _Folder:
             first = rules[0] if rules else None
             if first is not None and (first[2] is None or _is(first[2], 1.0)):
                 self.known[s.name] = 1.0 if first[0] == "open" else 0.0
-        elif s.kind == "let" and expr is not None and expr.op is Op.CONST:
+        elif s.kind is StepKind.LET and expr is not None and expr.op is Op.CONST:
             self.known[s.name] = expr.attr
         return replace(s, expr=expr, on=on, when=when, rules=rules)
 

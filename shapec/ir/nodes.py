@@ -22,9 +22,21 @@ UNITS = ("tokens", "chars", "seconds", "calls")
 MAX_EXACT_INT = 2 ** 53  # the largest integer a float64 (every value at run time) holds exactly, with all below it
 
 
-class Op(enum.Enum):
-    """What a Node computes (its `args` and `attr` are read by this). Compared by identity
-    (`node.op is Op.CMP`); comparing one with a string raises, so a misspelt op fails loudly."""
+class StrictEnum(enum.Enum):
+    """Compared by identity (`node.op is Op.CMP`); comparing a member with a string raises, so a
+    misspelt name fails loudly instead of comparing unequal."""
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            name = f"{type(self).__name__}.{self.name}"
+            raise TypeError(f"compare {name} by identity (`is {name}`), not with the string {other!r}")
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
+
+
+class Op(StrictEnum):
+    """What a Node computes (its `args` and `attr` are read by this)."""
 
     CONST = "const"  # attr: the value
     REF = "ref"  # attr: (namespace, name)
@@ -50,12 +62,18 @@ class Op(enum.Enum):
     SKIPPED = "skipped"  # a value a skipped group never computes
     POISON = "poison"  # the value of an expression that failed to check
 
-    def __eq__(self, other):
-        if isinstance(other, str):
-            raise TypeError(f"compare an op with `is Op.{self.name}`, not with the string {other!r}")
-        return self is other
 
-    __hash__ = enum.Enum.__hash__
+class StepKind(StrictEnum):
+    """What a Step of a shaper body is; the value is the statement's keyword."""
+
+    LET = "let"
+    GATE = "gate"
+    GATERULES = "gaterules"  # a gate decided by a list of rules
+    SKIP = "skip"
+    TERM = "term"
+    FACTOR = "factor"
+    CLAMP = "clamp"
+    STATE = "state"
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +154,7 @@ class MetaSpec:
 class Step:
     """One statement of a shaper body, in evaluation order."""
 
-    kind: str  # let gate gaterules skip term factor clamp state
+    kind: StepKind
     name: str
     expr: Node | None = None
     on: Node | None = None

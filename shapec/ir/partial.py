@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from .nodes import Node, Op, ShaperIR, post_order
+from .nodes import Node, Op, ShaperIR, post_order, StepKind
 from .values import k_and, k_cmp, k_or
 
 Value = np.ndarray | np.float64 | None  # one value per group, one for all groups, or unknown
@@ -28,7 +28,7 @@ class ParamValues:
 
     def __init__(self, ir: ShaperIR, column: Callable[[str], np.ndarray | None]):
         self.column = column
-        self.lets = {s.name: s.expr for s in ir.steps if s.kind == "let"}
+        self.lets = {s.name: s.expr for s in ir.steps if s.kind is StepKind.LET}
         self.memo: dict[int, Value] = {}  # by node id: a node shared by several conditions is evaluated once
         self.let_values: dict[str, Value] = {}
 

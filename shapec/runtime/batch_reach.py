@@ -26,7 +26,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..ir.nodes import BATCH, ROLLOUT, Node, Op, ShaperIR
+from ..ir.nodes import BATCH, ROLLOUT, Node, Op, ShaperIR, StepKind
 from ..ir.partial import ParamValues
 from ..ir.values import reduce_values
 from ..paths import printable
@@ -80,7 +80,7 @@ def _first_read(ir: ShaperIR, values: ParamValues, hit: Callable[[Node], bool],
     A node whose value `values` knows, and knows is present in every group, reads nothing. With
     `past_fallbacks`, the left side of `a ?? b` and the argument of `missing()`/`present()` are not
     followed: a missing value there is handled."""
-    defs = {s.name: s for s in ir.steps if s.kind in ("let", "gate", "gaterules")}
+    defs = {s.name: s for s in ir.steps if s.kind in (StepKind.LET, StepKind.GATE, StepKind.GATERULES)}
     seen: dict[str, Node | None] = {}
     always = values.always
 
@@ -111,16 +111,16 @@ def _first_read(ir: ShaperIR, values: ParamValues, hit: Callable[[Node], bool],
         return None
 
     def step_reach(step) -> Node | None:
-        named = step.kind in ("let", "gate", "gaterules")  # what a ref reaches: each is walked once
+        named = step.kind in (StepKind.LET, StepKind.GATE, StepKind.GATERULES)  # what a ref reaches: each is walked once
         if named and step.name in seen:
             return seen[step.name]
         found = None
-        if step.kind == "gaterules":
+        if step.kind is StepKind.GATERULES:
             for _verdict, _reason, when in step.rules:
                 found = found or reach(when)
                 if found is not None or always(when, 1.0):
                     break
-        elif not (step.kind in ("term", "factor") and always(step.when, 0.0)):
+        elif not (step.kind in (StepKind.TERM, StepKind.FACTOR) and always(step.when, 0.0)):
             for part in (step.expr, step.on, step.when):
                 found = found or reach(part)
         if named:
@@ -128,7 +128,7 @@ def _first_read(ir: ShaperIR, values: ParamValues, hit: Callable[[Node], bool],
         return found
 
     for step in (*ir.skips, *ir.steps):
-        if step.kind in ("term", "factor", "clamp", "skip"):
+        if step.kind in (StepKind.TERM, StepKind.FACTOR, StepKind.CLAMP, StepKind.SKIP):
             found = step_reach(step)
             if found is not None:
                 return found

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type
+from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type, StepKind
 from .batch import Batch
 from ..ir.powers import c_pow
 from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_sum, state_update
@@ -310,11 +310,11 @@ class Interpreter:
         for name, node in ir.channels:
             self.env[name] = self.eval(node)
         for step in ir.batch_steps:
-            if step.kind == "state":
+            if step.kind is StepKind.STATE:
                 self.state[step.name] = state_update(self.state[step.name], self.state_value(step.expr))
                 continue
             value = self.env[step.name] = self.eval(step.expr)
-            if step.kind == "gate":
+            if step.kind is StepKind.GATE:
                 gate_codes[step.name] = self.gate_code(value)
         self.decide_skips(skip_codes)
         # sums and products of finite terms and factors may pass float64: a non-finite reward is refused below
@@ -391,28 +391,28 @@ class Interpreter:
             return b.rewards + total if total is not None else b.rewards.copy()
 
         for step in ir.steps:
-            if step.kind == "let":
+            if step.kind is StepKind.LET:
                 self.env[step.name] = self.eval(step.expr)
-            elif step.kind == "gate":
+            elif step.kind is StepKind.GATE:
                 value = self.eval(step.expr)
                 self.env[step.name] = value
                 if step.name in gate_codes:
                     gate_codes[step.name] = self.gate_code(self.lift(value, step.expr.ty, Type("num", GROUP)))
-            elif step.kind == "gaterules":
+            elif step.kind is StepKind.GATERULES:
                 self.gate_rules(step, gate_codes)
-            elif step.kind == "term":
+            elif step.kind is StepKind.TERM:
                 value = self.at(step.expr, rollout)
                 applied = self.applies(step) & ~np.isnan(value)
                 arr = np.where(applied, value, 0.0)
                 terms[step.name] = arr
                 self.env[step.name] = arr
                 total = arr.copy() if total is None else total + arr
-            elif step.kind == "clamp":
+            elif step.kind is StepKind.CLAMP:
                 r = settled(r)
                 lo = self.at(step.expr, rollout)
                 hit = self.applies(step) & ~np.isnan(lo) & (r < lo)
                 r = np.where(hit, lo, r)
-            elif step.kind == "factor":
+            elif step.kind is StepKind.FACTOR:
                 r = settled(r)
                 if base is None:  # factors apply where the reward entering them is > 0
                     base = r.copy()

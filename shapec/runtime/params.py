@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..ir.nodes import Op, ParamSpec, ShaperIR, walk
+from ..ir.nodes import Op, ParamSpec, ShaperIR, walk, StepKind
 from .validate import INEXACT, as_array, is_finite_number, past_exact, show
 
 
@@ -252,7 +252,7 @@ def resolve(ir: ShaperIR, params: Mapping[str, Any] | None) -> Resolved:
 
 def state_params(ir: ShaperIR) -> set[str]:
     """The params a state update reads: one value for the whole call each (the kernels read its first column)."""
-    return {n.attr[1] for step in ir.batch_steps if step.kind == "state" for n in walk(step.expr)
+    return {n.attr[1] for step in ir.batch_steps if step.kind is StepKind.STATE for n in walk(step.expr)
             if n.op is Op.REF and n.attr[0] == "param"}
 
 

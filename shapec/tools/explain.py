@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..ir.nodes import StepKind
 from ..paths import printable
 from ..run.readers import MISSING
 from ..run.rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
@@ -26,7 +27,7 @@ def gate_verdicts(shaper) -> dict[str, dict[str, str]]:
     irs = stage_irs(shaper)
     out: dict[str, dict[str, str]] = {}
     for ir in irs:
-        rules = {s.name: s.rules for s in (*ir.batch_steps, *ir.steps) if s.kind == "gaterules"}
+        rules = {s.name: s.rules for s in (*ir.batch_steps, *ir.steps) if s.kind is StepKind.GATERULES}
         for gate, reasons in ir.gate_reasons.items():
             verdicts = {verdict_reason: verdict for verdict, verdict_reason, _ in rules.get(gate, ())}
             key = gate if len(irs) == 1 else f"{ir.name}.{gate}"

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..ir.nodes import StepKind
 from ..run.atomic import AtomicFile, OutputError, check_destination, reason_of
 from .explain import gate_verdicts
 from .plotdata import BACKGROUND, DEFAULT_MAX, Curves, channel_values, sweep, sweepable
@@ -54,7 +55,7 @@ def _markers(shaper, values: dict[str, dict], unit: str):
                 lines.append((spec.name, float(v)))
             elif spec.name == "floor" and spec.kind == "float":
                 floors.append(float(v))
-        if any(s.kind == "clamp" for s in ir.steps):
+        if any(s.kind is StepKind.CLAMP for s in ir.steps):
             floors.append(0.0)
     return bands, lines, sorted(set(floors))
 

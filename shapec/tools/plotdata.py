@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import Node, Op, ShaperIR, UNITS, walk
+from ..ir.nodes import Node, Op, ShaperIR, UNITS, walk, StepKind
 from .explain import describe_gate, fmt_number, gate_verdicts
 from ..run.spec import ToolError, stage_irs
 from .trace import gate_operands, trace
@@ -83,7 +83,7 @@ def negated_only(shaper) -> set[str]:
         for step in steps:
             for expr in (step.expr, step.on, step.when, *(w for _, _, w in step.rules)):
                 if expr is not None:
-                    visit(expr, step.kind == "skip" and step.mode == "when")
+                    visit(expr, step.kind is StepKind.SKIP and step.mode == "when")
     bools = {n for n, t in inputs_of(shaper).items() if t == "bool"}
     return {n for n in bools if polarity.get(n) == {True}}
 
@@ -210,7 +210,7 @@ def _deps(ir: ShaperIR, node: Node, seen: set[str] | None = None) -> tuple[set[s
     """The metadata and params a value reads, through the lets it uses."""
     seen = set() if seen is None else seen
     metas, params = set(), set()
-    lets = {s.name: s.expr for s in (*ir.batch_steps, *ir.steps) if s.kind in ("let", "gate") and s.expr is not None}
+    lets = {s.name: s.expr for s in (*ir.batch_steps, *ir.steps) if s.kind in (StepKind.LET, StepKind.GATE) and s.expr is not None}
     for sub in walk(node):
         if sub.op in (Op.REF, Op.BANDREF) and isinstance(sub.attr, tuple):
             ns, name = sub.attr

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type, walk
+from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type, walk, StepKind
 from ..runtime.batch import Batch
 from ..runtime.binder import make_batch
 from ..runtime.interp import Interpreter
@@ -104,12 +104,12 @@ def decision_nodes(ir: ShaperIR) -> list[tuple[str, Node]]:
             for sub in walk(expr):
                 if sub.op is Op.REDUCE and _is_group_value(sub):
                     add(node_text(sub), sub)
-            if step.kind != "let":
+            if step.kind is not StepKind.LET:
                 for side in _compared(expr):
                     add(node_text(side), side)
-        if step.kind in ("let", "gate") and step.expr is not None and _is_group_value(step.expr):
+        if step.kind in (StepKind.LET, StepKind.GATE) and step.expr is not None and _is_group_value(step.expr):
             text = node_text(step.expr)
-            if text in nodes and step.kind == "let":
+            if text in nodes and step.kind is StepKind.LET:
                 labels[labels.index(text)] = label = f"{step.name} = {text}"
                 nodes[label] = nodes.pop(text)
                 nodes[step.name] = nodes[label]  # later uses of the name find the folded entry
@@ -121,7 +121,7 @@ def decision_nodes(ir: ShaperIR) -> list[tuple[str, Node]]:
 def gate_operands(ir: ShaperIR, gate: str, reason: str) -> list[str]:
     """Labels of the values the rules of `gate` compared, up to and including the rule that decided."""
     for step in ir.steps:
-        if step.kind == "gaterules" and step.name == gate:
+        if step.kind is StepKind.GATERULES and step.name == gate:
             labels: list[str] = []
             for _, rule_reason, when in step.rules:
                 if when is not None:

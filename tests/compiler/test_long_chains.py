@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import shapec
-from shapec.ir.nodes import Op
+from shapec.ir.nodes import Op, StepKind
 
 from ..helpers import every_backend
 
@@ -77,7 +77,7 @@ def test_a_thousand_term_sum_is_one_node_and_every_backend_gives_the_left_fold_b
     cs, data = constants(rng, 1000), numbers(rng)
     source = chain_spec("+", [operand("+", k, c) for k, c in enumerate(cs)])
     assert shapec.check_source(source, "t.shape") == []
-    [step] = [st for st in shapec.compile_str(source, "t.shape", "interpreter").ir("s").steps if st.kind == "term"]
+    [step] = [st for st in shapec.compile_str(source, "t.shape", "interpreter").ir("s").steps if st.kind is StepKind.TERM]
     assert (step.expr.op, step.expr.attr, len(step.expr.args)) == (Op.BIN, "+", 1000)
     expected = data["y"] * cs[0]
     for k, c in enumerate(cs[1:], 1):

@@ -4,7 +4,7 @@ each let or gate lives (a scalar, a row per group, a scratch array per rollout o
 from __future__ import annotations
 
 from ..arguments import plan_arguments
-from ...ir.nodes import GROUP, PARAM, ROLLOUT, Node, Step
+from ...ir.nodes import GROUP, PARAM, ROLLOUT, Node, Step, StepKind
 from .emitter import Emitter
 
 
@@ -38,14 +38,14 @@ class Arguments:
 
     def label(self, step: Step) -> str:
         """A statement's comment: its kind and its kernel name or index, never its spec name."""
-        if step.kind in ("let", "gate", "gaterules"):
-            return f"{step.kind} {self.var(step.name)}"
-        if step.kind == "state":
+        if step.kind in (StepKind.LET, StepKind.GATE, StepKind.GATERULES):
+            return f"{step.kind.value} {self.var(step.name)}"
+        if step.kind is StepKind.STATE:
             return f"state {self.state_names[step.name]}"
-        if step.kind == "skip":
+        if step.kind is StepKind.SKIP:
             return f"skip {self.ir.skip_reasons.index(step.name)}"
-        index = {"term": self.ir.terms, "factor": self.ir.factors}.get(step.kind)
-        return f"{step.kind} {index.index(step.name)}" if index else step.kind
+        index = {StepKind.TERM: self.ir.terms, StepKind.FACTOR: self.ir.factors}.get(step.kind)
+        return f"{step.kind.value} {index.index(step.name)}" if index else step.kind.value
 
     def emitter(self, depth: int = 0) -> Emitter:
         out = Emitter(self.pending)

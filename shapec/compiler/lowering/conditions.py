@@ -20,7 +20,7 @@ condition deeper than MAX_HEIGHT (so a long mixed chain still spills into tempor
 
 from __future__ import annotations
 
-from ...ir.nodes import Node, Op
+from ...ir.nodes import Node, Op, StepKind
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
@@ -148,8 +148,8 @@ class Conditions:
         if name not in memo:
             memo[name] = False  # a cycle cannot happen (lets are ordered), but stay safe
             step = next((s for s in (*self.ir.batch_steps, *self.ir.steps) if s.name == name), None)
-            if step is not None and step.kind == "gaterules":
+            if step is not None and step.kind is StepKind.GATERULES:
                 memo[name] = True
-            elif step is not None and step.kind in ("let", "gate") and step.expr is not None:
+            elif step is not None and step.kind in (StepKind.LET, StepKind.GATE) and step.expr is not None:
                 memo[name] = self.clean(step.expr)
         return memo[name]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 
-from ...ir.nodes import Node, Op
+from ...ir.nodes import Node, Op, StepKind
 from . import conditions
 from ...ir.nodes import post_order
 
@@ -139,8 +139,8 @@ class Definedness:
         for name, node in self.ir.channels:
             levels[name] = self.level(node)
         for step in (*self.ir.batch_steps, *self.ir.steps):
-            if step.kind == "gaterules":
+            if step.kind is StepKind.GATERULES:
                 levels[step.name] = FINITE
-            elif step.kind in ("let", "gate") and step.expr is not None:
+            elif step.kind in (StepKind.LET, StepKind.GATE) and step.expr is not None:
                 levels[step.name] = self.level(step.expr)
         return levels

@@ -9,7 +9,7 @@ import builtins
 import textwrap
 
 from ..arguments import breakdown_always
-from ...ir.nodes import Op, steps_nodes, walk
+from ...ir.nodes import Op, steps_nodes, walk, StepKind
 from .emitter import Emitter, Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import MANGLED, ShapecInternalError
@@ -265,14 +265,14 @@ class Groups:
                 self.group_channels("local")
             self.lower_skips(scope)
             for step in ir.batch_steps:
-                if step.kind == "gate" and step.name in self.gate_index:
+                if step.kind is StepKind.GATE and step.name in self.gate_index:
                     o(f"gates[{self.gate_index[step.name]}, g] = k_gate_code({self.var(step.name)})")
             self.first_running = True
             self.first_factor = True
             self.summed: list[int] = []  # the terms emitted so far, in order (term_sum)
             for step in ir.steps:
                 o(self.note(self.label(step)))
-                getattr(self, f"step_{step.kind}")(step, scope)
+                getattr(self, f"step_{step.kind.value}")(step, scope)
             self.finish_group(scope)
             # each group starts with its lets and gates missing, as a fresh array slot would be (those
             # read somewhere: a let the params left unread is never computed, specialize.py)

@@ -18,7 +18,7 @@ update or an unguarded statement reads, or a gate with gate codes, is not sunk.
 
 from __future__ import annotations
 
-from ...ir.nodes import CONST, Node, Op, Step
+from ...ir.nodes import CONST, Node, Op, Step, StepKind
 from ...ir.nodes import walk
 from .emitter import Scope
 from .conditions import always
@@ -44,7 +44,7 @@ class Sinking:
         ir = self.ir
         self.position = {s.name: k for k, s in enumerate(ir.steps)}
         self.before_groups = {s.name for s in ir.batch_steps} | {name for name, _ in ir.channels}
-        candidates = {s.name for s in ir.steps if s.kind in ("let", "gate") and s.expr is not None
+        candidates = {s.name for s in ir.steps if s.kind in (StepKind.LET, StepKind.GATE) and s.expr is not None
                       and s.name not in self.metric_vars and s.name not in self.gate_index
                       and not (s.expr.ty.level == CONST and not s.expr.ty.items)}
         self.readers: dict[str, list[Step]] = {name: [] for name in candidates}
@@ -109,7 +109,7 @@ class Sinking:
 
     def is_guarded(self, step: Step) -> bool:
         """Whether a term, clamp or factor runs its body under a group-level guard (statements.guarded)."""
-        if step.kind not in ("term", "clamp", "factor"):
+        if step.kind not in (StepKind.TERM, StepKind.CLAMP, StepKind.FACTOR):
             return False
         if self.dead(step):
             return True
@@ -122,12 +122,12 @@ class Sinking:
         o = self.out
         clauses = self.sunk[step.name]
         if not clauses:  # no statement reads it (a batch reduction has its own copy of what it reads)
-            o(self.note(f"{step.kind} {self.var(step.name)}: read nowhere, not computed"))
+            o(self.note(f"{step.kind.value} {self.var(step.name)}: read nowhere, not computed"))
             return
         for cond in {id(c): c for clause in clauses for c in clause}.values():
             self.hoist(cond, scope, "group")  # reduction-free: at most a band's parts
         need = " or ".join("(" + " and ".join(self.truth(c, "group", scope) for c in clause) + ")"
                            for clause in clauses)
-        o(f"if {need}:  " + self.note(f"{step.kind} {self.var(step.name)}: only where a statement reading it can apply"))
+        o(f"if {need}:  " + self.note(f"{step.kind.value} {self.var(step.name)}: only where a statement reading it can apply"))
         with o.indented():
             self.let_value(step, Scope(scope.names))

@@ -4,7 +4,7 @@ the order runtime/interp.py runs them."""
 
 from __future__ import annotations
 
-from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step
+from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step, StepKind
 from ...ir.nodes import walk
 from .conditions import always, conjuncts, never
 from .emitter import Scope
@@ -54,7 +54,7 @@ class Statements:
             o(self.note(self.label(step)))
             self.hoist(step.expr, batch, "batch")
             value = self.ex(step.expr, "batch", batch)
-            if step.kind == "state":
+            if step.kind is StepKind.STATE:
                 o(f"{self.state_names[step.name]} = k_state({self.state_names[step.name]}, {value})")
                 o(f"state_out[{states.index(step.name)}] = {self.state_names[step.name]}")
             else:
@@ -62,7 +62,7 @@ class Statements:
                 o(f"{self.var(step.name)} = {value}")
         # constant lets and gates depend on nothing per group: compute them once, up front
         for step in self.ir.steps:
-            if step.kind in ("let", "gate") and step.expr.ty.level == CONST and not step.expr.ty.items:
+            if step.kind in (StepKind.LET, StepKind.GATE) and step.expr.ty.level == CONST and not step.expr.ty.items:
                 self.hoist(step.expr, batch, "batch")
                 self.vars[step.name] = "scalar"
                 o(f"{self.var(step.name)} = {self.ex(step.expr, 'batch', batch)}")
