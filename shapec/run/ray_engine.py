@@ -74,7 +74,8 @@ def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str, breakd
     check_stateless(shaper)
     quiet_ray()
     if not ray.is_initialized():
-        ray.init(log_to_driver=False, configure_logging=False)  # RAY_ADDRESS, if set, names the cluster
+        with _without_ray_notices():
+            ray.init(log_to_driver=False, configure_logging=False)  # RAY_ADDRESS, if set, names the cluster
     payload = pickle.dumps((shaper, plan, layout, on_bad_row, breakdown))
     while True:
         window, failure = [], None
@@ -97,18 +98,25 @@ def quiet_ray() -> None:
     authentication is enabled comes from its core, not a logger, and stays.)"""
     import logging
 
-    with _without_ray_deprecations():
+    with _without_ray_notices():
         import ray.data  # configures its logger on import: set the level after it
 
     for name in ("ray", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # Ray Data 2.51 advises, on every run on a machine with a small /dev/shm, a larger object store
+    # than a cluster shapec starts for itself needs: only its errors are shown
+    logging.getLogger("ray.data._internal.execution.resource_manager").setLevel(logging.ERROR)
+    # a progress bar (or, without tqdm, a line asking for it) on stdout would mix with the summary
+    ray.data.DataContext.get_current().enable_progress_bars = False
 
 
 @contextlib.contextmanager
-def _without_ray_deprecations():
-    """Ray Data's notes on its own deprecated settings, which shapec never sets, are not shown."""
+def _without_ray_notices():
+    """Ray's notes on its own deprecated settings and its tips on future defaults (which GPU
+    variables a worker sees), none of which shapec's run sets or depends on, are not shown."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"ray\.")
+        warnings.filterwarnings("ignore", category=FutureWarning, module=r"ray\.")
         yield
 
 
@@ -116,7 +124,7 @@ def _shape_window(ray, window: list, payload: bytes) -> Iterator:
     items = [{"chunk": i, "payload": pickle.dumps(chunk)} for i, chunk in enumerate(window)]
     workers = max(1, min(len(window), int(ray.available_resources().get("CPU", 1))))
     shaper_class = type("ShapeChunks", (_ShapeChunks,), {"payload": payload})
-    with _without_ray_deprecations():
+    with _without_ray_notices():
         shaped = (ray.data.from_items(items)
                   .groupby("chunk")
                   .map_groups(shaper_class, batch_format="numpy",
