@@ -107,14 +107,16 @@ class Statements:
         """The `on` and `when` conditions as a prefix of `and`-ed tests (empty when there are none).
 
         Inside a statement's guard (`guarded`) its group-level conjuncts are known to be 1, and a
-        1 leaves a three-valued `and` as the other operand is: only the other conjuncts are tested.
+        1 leaves a three-valued `and` as the other operand is: only the other conjuncts are tested
+        (and none that the params settled to 1, specialize.py).
         skip_index leaves out the test of an `on` index (`term_at_one_rollout` writes it there)."""
         parts = []
         if step.on is not None and not (skip_index and self.at_one_rollout(step)):
             parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind == "index"
                          else self.truth(step.on, "rollout", scope))
         if step.when is not None:
-            parts += [self.truth(c, "rollout", scope) for c in conjuncts(step.when) if id(c) not in self.established]
+            parts += [self.truth(c, "rollout", scope) for c in conjuncts(step.when)
+                      if id(c) not in self.established and not always(c)]
         return "".join(f"({p}) and " for p in parts)
 
     def step_let(self, step: Step, scope: Scope) -> None:
