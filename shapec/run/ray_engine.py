@@ -103,11 +103,13 @@ def quiet_ray() -> None:
 
     for name in ("ray", "ray.data"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    # Ray Data 2.51 advises, on every run on a machine with a small /dev/shm, a larger object store
-    # than a cluster shapec starts for itself needs: only its errors are shown
-    logging.getLogger("ray.data._internal.execution.resource_manager").setLevel(logging.ERROR)
-    # a progress bar (or, without tqdm, a line asking for it) on stdout would mix with the summary
+    # a progress bar (or, without tqdm, a line asking for it on stdout) would mix with the summary
     ray.data.DataContext.get_current().enable_progress_bars = False
+    # what Ray Data warns of on every run about settings shapec chose: that progress bars are off
+    # (2.60), and, on a machine with a small /dev/shm, that the object store of the cluster shapec
+    # starts for itself is smaller than Ray Data's advice (2.51); only their errors are shown
+    for name in ("ray.data._internal.progress", "ray.data._internal.execution.resource_manager"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 @contextlib.contextmanager
