@@ -94,8 +94,9 @@ def shape_chunks(shaper, plan, layout, chunks: Iterator, on_bad_row: str, breakd
 def quiet_ray() -> None:
     """Ray's own lines on stderr at warning level and above, as shapec's are: its INFO lines (every
     Ray Data execution plan and progress report) would bury the run's summary. Only Ray's loggers
-    change; the user's logging configuration is left as it is. (Ray's notice that token
-    authentication is enabled comes from its core, not a logger, and stays.)"""
+    and Ray Data's progress bars (off for the `shapec run` process) change; the user's logging
+    configuration is left as it is. (Ray's notice that token authentication is enabled comes from
+    its core, not a logger, and stays.)"""
     import logging
 
     with _without_ray_notices():

@@ -401,6 +401,7 @@ class Statements:
         self.first_factor = False
 
     def factor_loop(self, step: Step, scope: Scope, k: int, m: str, preamble) -> None:
+        """The factor's rollout loop, where it may apply in the group: `m` is its value per rollout."""
         o = self.out
         o("for i in range(s, e):")
         with o.indented():
