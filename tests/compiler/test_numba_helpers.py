@@ -83,6 +83,20 @@ def test_buffer_utilities():
             assert h.k_sorted_median(buf, len(values)) == float(np.median(values))
 
 
+@pytest.mark.parametrize("k", [0, 1, 2, 31, 32, 33, 40, 64, 65, 100, 257])
+def test_sort_is_the_interpreters_stable_sort_to_the_bit(k):
+    """Below and past the insertion sort's 32, signed zeros and ties keep their rollout order."""
+    rng = np.random.default_rng(k)
+    for _ in range(5):
+        values = rng.choice([0.0, 1.0, -1.0, 2.5, 7.0], size=k)
+        values[rng.random(k) < 0.3] = -0.0
+        buf = np.append(values, -99.0)
+        h.k_sort(buf, k)
+        expected = np.sort(values, kind="stable")  # the interpreter's (ir/values.py)
+        assert buf[:k].view(np.int64).tolist() == expected.view(np.int64).tolist()
+        assert buf[k] == -99.0
+
+
 def test_rank_is_the_place_of_each_value_in_a_stable_sort():
     for values in SELECTIONS:
         if values and not any(map(math.isnan, values)):

@@ -157,10 +157,28 @@ def k_seq_sum(buf, k):
 def k_sort(buf, k):
     """Sort buf[:k] in place, stably (0.0 and -0.0 are equal, so which comes first is the rollout
     order, as in the interpreter's np.sort(kind="stable")): insertion sort for a group-sized
-    selection, a merge sort beyond (numba's own sort is not stable)."""
+    selection, a bottom-up merge sort beyond (the left run first on ties). Numba's own sort is not
+    stable, and its stable argsort takes seconds to compile in every kernel that sorts (so does a
+    slice assignment: the copy back is a loop)."""
     if k > 32:
-        s = buf[:k]
-        s[:] = s[np.argsort(s, kind="mergesort")]
+        merged = np.empty(k)
+        width = 1
+        while width < k:
+            for lo in range(0, k, 2 * width):
+                mid = min(lo + width, k)
+                hi = min(lo + 2 * width, k)
+                a = lo
+                b = mid
+                for t in range(lo, hi):
+                    if a < mid and (b >= hi or buf[a] <= buf[b]):
+                        merged[t] = buf[a]
+                        a += 1
+                    else:
+                        merged[t] = buf[b]
+                        b += 1
+            for t in range(k):
+                buf[t] = merged[t]
+            width *= 2
         return
     for t in range(1, k):
         v = buf[t]

@@ -168,7 +168,7 @@ class Hoisting:
         header, _, ctx, local = self.select_loop(over)
         o(self.note(f"selection {vals} for {'/'.join(sorted(set(map(_reduction, ops))))} "
                     f"({'items of ' + self.list_offsets[over] if over else 'rollouts'}{', sorted' if key[3] else ''})"))
-        o(f"{k} = 0")
+        o(f"{k} = np.int64(0)  " + self.note("not a literal 0: numba would compile each helper it reaches twice"))
         o(header)
         with o.indented():
             # branch-free selection: write every value, advance past the selected ones only

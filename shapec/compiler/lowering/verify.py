@@ -30,7 +30,7 @@ FIXED_NAMES = frozenset("""
 FIXED_ATTRIBUTES = frozenset("""
     full empty zeros int64 uint64 float64 boolean exp cos trunc isfinite log sqrt floor shape copy
 """.split())
-FIXED_KEYWORDS = frozenset(("cache", "error_model", "parallel", "kind"))  # kind: k_sort's stable argsort
+FIXED_KEYWORDS = frozenset(("cache", "error_model", "parallel"))
 FIXED_STRINGS = frozenset(("numpy", "prange", "comprehension", "reduction", "inplace_binop", "setitem",
                            "stencil", "fusion"))
 STATEMENTS = (ast.Module, ast.FunctionDef, ast.Assign, ast.AugAssign, ast.For, ast.While, ast.If,
