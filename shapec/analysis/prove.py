@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, walk, StepKind
+from ..ir.nodes import PARAM, Node, Op, PipelineIR, ShaperIR, Type, walk, StepKind, TypeKind
 from ..syntax.source import Span
 from . import static
 from .properties import Goal, goals
@@ -69,7 +69,7 @@ def blame(ir: ShaperIR, goal: Goal, found: Found):
                 break
             trial = replace(ir, result=None)
         else:  # the statement never applies; its name stays defined for the statements reading it
-            off = replace(st, when=Node(Op.CONST, (), Type("bool"), 0.0))
+            off = replace(st, when=Node(Op.CONST, (), Type(TypeKind.BOOL), 0.0))
             trial = replace(ir, steps=tuple(off if s is st else s for s in ir.steps))
         try:
             got = evaluate(trial, goal.ensure, found.case)
@@ -137,13 +137,13 @@ def _arguments_hold(stage: ShaperIR, args: dict) -> Node | None:
             continue
         value = args[spec.name]
         number = float(spec.members.index(value)) if spec.kind == "enum" else float(value)
-        kind = spec.kind if spec.kind in ("enum", "bool") else "num"
+        kind = {"enum": TypeKind.ENUM, "bool": TypeKind.BOOL}.get(spec.kind, TypeKind.NUM)
         ref = Node(Op.REF, (), Type(kind, PARAM, members=spec.members),
                    ("param", spec.name))
-        test = Node(Op.CMP, (ref, Node(Op.CONST, (), Type("num"), number)), Type("bool", PARAM), "==")
+        test = Node(Op.CMP, (ref, Node(Op.CONST, (), Type(TypeKind.NUM), number)), Type(TypeKind.BOOL, PARAM), "==")
         out = test if out is None else _and(out, test)
     return out
 
 
 def _and(a: Node, b: Node) -> Node:
-    return Node(Op.AND, (a, b), Type("bool", PARAM))
+    return Node(Op.AND, (a, b), Type(TypeKind.BOOL, PARAM))

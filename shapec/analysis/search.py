@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..ir.nodes import ROLLOUT, Ensure, ShaperIR, Type
+from ..ir.nodes import ROLLOUT, Ensure, ShaperIR, Type, TypeKind
 from ..runtime.batch import BatchError
 from ..runtime.binder import make_batch
 from ..runtime.interp import Interpreter
@@ -58,7 +58,7 @@ def evaluate(ir: ShaperIR, ensure: Ensure, case: Case) -> Found | None | bool:
     if ensure.prop == "shorter_not_worse":
         x = batch.inputs[ensure.x_name]
         mask = (np.ones(case.size) if ensure.on is None else
-                np.broadcast_to(it.at(ensure.on, Type("num", ROLLOUT)), (case.size,)))
+                np.broadcast_to(it.at(ensure.on, Type(TypeKind.NUM, ROLLOUT)), (case.size,)))
         others = [np.array(v) for k, v in batch.inputs.items() if k != ensure.x_name]
         r = batch.rewards
         same = [[r[i] == r[j] and all(o[i] == o[j] for o in others) for j in range(case.size)]

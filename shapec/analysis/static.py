@@ -16,7 +16,7 @@ import contextlib
 import math
 
 from ..ir.intervals import FULL, hull, node_interval
-from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, UNITS, StepKind
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, UNITS, StepKind, TypeKind
 
 INF = math.inf
 REWARD = {"binary": (0.0, 1.0), "unit": (0.0, 1.0), "nonneg": (0.0, INF), "real": FULL}
@@ -72,7 +72,7 @@ class Bounds:
         key = (id(node), inner)
         if key not in self.memo:
             out = self._eval(node, inner, depth) if depth <= MAX_DEPTH else FULL
-            if node.ty.kind == "bool":
+            if node.ty.kind is TypeKind.BOOL:
                 out = (max(out[0], 0.0), min(out[1], 1.0))
             self.memo[key] = out
         return self.memo[key]
@@ -92,7 +92,7 @@ class Bounds:
             return hull(*rs) if rs else FULL
         if op in (Op.REDUCE, Op.BREDUCE):
             return node_interval(n, [self.of(x, True, d) for x in a])
-        return node_interval(n, [self.of(x, inner, d) if x.ty.kind != "band" else FULL for x in a])
+        return node_interval(n, [self.of(x, inner, d) if x.ty.kind is not TypeKind.BAND else FULL for x in a])
 
     def _ref(self, n: Node, inner: bool, d: int) -> tuple[float, float]:
         ns, name = n.attr
@@ -131,7 +131,7 @@ class Bounds:
             return [c for x in node.args for c in self.conjuncts(x, depth + 1)]
         if node.op is Op.REF and node.attr[0] == "var" and node.attr[1] in self.defs:
             d = self.defs[node.attr[1]]
-            if d.ty.kind == "bool":
+            if d.ty.kind is TypeKind.BOOL:
                 return [node, *self.conjuncts(d, depth + 1)]
         return [node]
 
@@ -144,9 +144,9 @@ class Bounds:
             truth = self.of(c, inner, depth)
             if truth == ((1.0, 1.0) if negate else (0.0, 0.0)):
                 return None
-            if c.op is Op.REF and c.ty.kind == "bool" and not negate:
+            if c.op is Op.REF and c.ty.kind is TypeKind.BOOL and not negate:
                 out[c.attr] = (1.0, 1.0)
-            if c.op is not Op.CMP or any(x.ty.kind == "band" for x in c.args):
+            if c.op is not Op.CMP or any(x.ty.kind is TypeKind.BAND for x in c.args):
                 continue
             op = FLIP[c.attr] if negate else c.attr
             for ref, other, rel in ((c.args[0], c.args[1], op), (c.args[1], c.args[0], MIRROR[op])):
@@ -175,7 +175,7 @@ class Bounds:
         for g in (st.on, st.when):
             if g is None:
                 continue
-            if g.ty.kind == "index":  # `on argmin(x where M)`: the rollout is in M
+            if g.ty.kind is TypeKind.INDEX:  # `on argmin(x where M)`: the rollout is in M
                 if g.op is not Op.REDUCE:
                     continue
                 g = g.args[1]
@@ -202,7 +202,8 @@ class Bounds:
         """The statement applies to every rollout: its guards hold and nothing it reads is missing."""
         guards = [g for g in (st.on, st.when) if g is not None]
         return self.never_missing(st.expr) and all(
-            g.ty.kind != "index" and self.of(g, inner, depth) == (1.0, 1.0) and self.never_missing(g) for g in guards)
+            g.ty.kind is not TypeKind.INDEX and self.of(g, inner, depth) == (1.0, 1.0) and self.never_missing(g)
+            for g in guards)
 
     def never_missing(self, n: Node, depth: int = 0) -> bool:
         if n.ty.maybe_missing or depth > MAX_DEPTH:

@@ -15,7 +15,7 @@ import math
 
 import z3
 
-from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type, UNITS, StepKind
+from ..ir.nodes import Ensure, Node, Op, ROLLOUT, ShaperIR, Type, UNITS, StepKind, TypeKind
 from .static import Bounds
 
 TIMEOUT_MS = 8000
@@ -66,7 +66,7 @@ class Encoder:
         if op is Op.NOT:
             v, mv = self.ev(a[0], i)
             return 1 - v, mv
-        if op in (Op.BIN, Op.CMP, Op.CALL) and any(x.ty.kind == "band" for x in a):
+        if op in (Op.BIN, Op.CMP, Op.CALL) and any(x.ty.kind is TypeKind.BAND for x in a):
             return self.fresh(node)
         if op is Op.BIN and node.attr in ("+", "-", "*"):  # + and * may be chains: the left fold
             folded = self.ev(a[0], i)
@@ -280,7 +280,7 @@ class Encoder:
     def applies(self, step, i: int):
         conds = []
         if step.on is not None:
-            if step.on.ty.kind == "index":
+            if step.on.ty.kind is TypeKind.INDEX:
                 conds.append(self.is_arg(step.on, i))
             else:
                 conds.append(self.true(self.ev(step.on, i)))
@@ -377,7 +377,7 @@ def prove(ir: ShaperIR, ensure: Ensure) -> str:
             enc.s.add(z3.Or(outs[0] < ensure.lo, outs[0] > ensure.hi))
         else:
             for name, _ in ir.inputs:
-                a, b = (enc.ev(Node(Op.REF, (), Type("num", ROLLOUT), ("input", name)), i)[0] for i in range(2))
+                a, b = (enc.ev(Node(Op.REF, (), Type(TypeKind.NUM, ROLLOUT), ("input", name)), i)[0] for i in range(2))
                 enc.s.add(a < b if name == ensure.x_name else a == b)
             enc.s.add(rs[0] == rs[1], outs[0] < outs[1])
             if ensure.on is not None:

@@ -21,9 +21,7 @@ from typing import Protocol
 
 from .shared import memoised
 from ..ir.intervals import arith
-from ..ir.nodes import Node, Op, UNITS, StepKind
-
-BOOL = "bool"  # the checker's element kind of booleans (shared.BOOL)
+from ..ir.nodes import Node, Op, UNITS, StepKind, TypeKind
 
 
 class ShaperFacts(Protocol):
@@ -52,7 +50,7 @@ def values(ck: ShaperFacts, node: Node) -> frozenset[float] | None:
 
 
 def _values(ck: ShaperFacts, node: Node) -> frozenset[float] | None:
-    if node.ty.kind == BOOL:
+    if node.ty.kind is TypeKind.BOOL:
         return BINARY
     op = node.op
     if op is Op.CONST:

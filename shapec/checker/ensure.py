@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 
-from ..ir.nodes import BATCH, Ensure, Op, PARAM, POISON
+from ..ir.nodes import BATCH, Ensure, Op, PARAM, POISON, TypeKind
 from ..syntax import ast as A
 
 PROPERTIES = ("order_kept", "all_wrong_unchanged", "within", "shorter_not_worse")
@@ -59,15 +59,16 @@ def check_ensure(sc, st: A.Ensure) -> Ensure | None:
     x = on = None
     if wants_x:
         x = sc.name(st.x, st.span)
-        if x is not POISON and not (x.op is Op.REF and x.attr[0] == "input" and x.ty.kind == "num"):
+        if x is not POISON and not (x.op is Op.REF and x.attr[0] == "input" and x.ty.kind is TypeKind.NUM):
             sc.error("E702", f"shorter_not_worse compares rollouts by a numeric input; {st.x!r} is not one", st.span)
         on = sc.expr(st.on) if st.on is not None else None  # None: every rollout of the group
-        if on is not None and on.ty is not POISON and (on.ty.kind != "bool" or on.ty.items):
+        if on is not None and on.ty is not POISON and (on.ty.kind is not TypeKind.BOOL or on.ty.items):
             sc.error("E702", "the `on` mask of shorter_not_worse must be a rollout-level boolean", st.on.span)
     when = None
     if st.when is not None:
         when = sc.expr(st.when)
-        if when.ty is not POISON and (when.ty.kind != "bool" or when.ty.level > PARAM or when.ty.level == BATCH):
+        if when.ty is not POISON and (when.ty.kind is not TypeKind.BOOL or when.ty.level > PARAM
+                                      or when.ty.level == BATCH):
             sc.error("E702", "the `when` condition of an ensure may use only params and constants "
                      f"(got a {when.ty.describe()})", st.when.span)
     if len(sc.p.diags) > bad:

@@ -8,9 +8,9 @@ import math
 
 from ..syntax import ast as A
 from . import contracts as C
-from .shared import BOOL, INF, memoised
+from .shared import INF, memoised
 from ..ir.intervals import node_interval
-from ..ir.nodes import Node, Op, UNITS, StepKind
+from ..ir.nodes import Node, Op, UNITS, StepKind, TypeKind
 
 
 CONTRACTS = ("binary", "unit", "nonneg", "real")
@@ -129,7 +129,7 @@ class OrderingPass:
             if d is not None:
                 n = d
                 continue
-            kids = [a for a in n.args if a.ty.kind != "band" and not all(map(math.isfinite, self.range(a)))]
+            kids = [a for a in n.args if a.ty.kind is not TypeKind.BAND and not all(map(math.isfinite, self.range(a)))]
             inner = [a for a in kids if a.op is not Op.REF or self.defn(a) is not None]
             if not inner:
                 break
@@ -157,7 +157,7 @@ class OrderingPass:
         and a product or quotient of related values by the contracts' ratio bounds."""
         if node.op is Op.REF:
             ns, name = node.attr
-            if node.ty.kind == BOOL:
+            if node.ty.kind is TypeKind.BOOL:
                 return 0.0, 1.0
             if ns == "param":
                 sp = self.params[name]
@@ -168,8 +168,8 @@ class OrderingPass:
                 return 0.0, INF  # lengths are validated >= 0 when a batch is read
             d = self.defn(node)
             return self.range(d) if d is not None else (-INF, INF)
-        out = node_interval(node, [self.range(a) if a.ty.kind != "band" else (-INF, INF) for a in node.args])
-        if node.ty.kind == BOOL:
+        out = node_interval(node, [self.range(a) if a.ty.kind is not TypeKind.BAND else (-INF, INF) for a in node.args])
+        if node.ty.kind is TypeKind.BOOL:
             out = (max(out[0], 0.0), min(out[1], 1.0))
         if node.op is Op.BIN:
             related = C.ratio_bounds(self, node)

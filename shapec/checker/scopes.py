@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .shared import BAD, BOOL, INF, NUM, Binding, finite_const, memoised, suggest
+from .shared import BAD, INF, Binding, finite_const, memoised, suggest
 from ..ir.nodes import BATCH, GROUP, MAX_EXACT_INT, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
+from ..ir.nodes import TypeKind
 
 META_TYPES = ("bool", "int", "float", "band") + UNITS
 MAX_INLINED_CALLS = 10_000
@@ -27,13 +28,13 @@ class ScopesPass:
         hi = 1.0 if requires in ("binary", "unit") else INF
         self.reward_range = (lo, hi)
         for name, ty in (
-            ("reward", Type(NUM, ROLLOUT)),
-            ("env_reward", Type(NUM, ROLLOUT)),
-            ("group_size", Type(NUM, GROUP)),
-            ("position", Type(NUM, ROLLOUT)),  # 0 for a group's first rollout
+            ("reward", Type(TypeKind.NUM, ROLLOUT)),
+            ("env_reward", Type(TypeKind.NUM, ROLLOUT)),
+            ("group_size", Type(TypeKind.NUM, GROUP)),
+            ("position", Type(TypeKind.NUM, ROLLOUT)),  # 0 for a group's first rollout
         ):
             self.env[name] = Binding(Node(Op.REF, (), ty, ("builtin", name)), "builtin")
-        self.env["pi"] = Binding(Node(Op.CONST, (), Type(NUM), math.pi), "builtin")
+        self.env["pi"] = Binding(Node(Op.CONST, (), Type(TypeKind.NUM), math.pi), "builtin")
 
     def define(self, name: str, node: Node, kind: str, span: Span, defn: Node | None = None) -> bool:
         if name in self.env:
@@ -48,11 +49,11 @@ class ScopesPass:
 
     def value_type(self, typ: str, span: Span) -> Type:
         if typ == "bool":
-            return Type(BOOL)
+            return Type(TypeKind.BOOL)
         if typ in ("int", "float"):
-            return Type(NUM)
+            return Type(TypeKind.NUM)
         if typ in UNITS:
-            return Type(NUM, unit=typ)
+            return Type(TypeKind.NUM, unit=typ)
         self.error("E305", f"unknown type {typ!r}; expected bool, int, float or a unit ({', '.join(UNITS)})"
                    f"{suggest(typ, ('bool', 'int', 'float') + UNITS)}", span)
         return POISON
@@ -81,13 +82,13 @@ class ScopesPass:
             return
         self.params[prm.name] = spec
         if kind == "band":
-            ty = Type("band", PARAM, maybe_missing=t.optional)
+            ty = Type(TypeKind.BAND, PARAM, maybe_missing=t.optional)
             node = Node(Op.BANDREF, (), ty, ("param", prm.name), prm.span)
         elif kind == "enum":
-            node = Node(Op.REF, (), Type("enum", PARAM, members=t.members), ("param", prm.name), prm.span)
+            node = Node(Op.REF, (), Type(TypeKind.ENUM, PARAM, members=t.members), ("param", prm.name), prm.span)
         else:
-            node = Node(Op.REF, (), Type(BOOL if kind == "bool" else NUM, PARAM, unit, maybe_missing=t.optional),
-                        ("param", prm.name), prm.span)
+            ty = Type(TypeKind.BOOL if kind == "bool" else TypeKind.NUM, PARAM, unit, maybe_missing=t.optional)
+            node = Node(Op.REF, (), ty, ("param", prm.name), prm.span)
         self.env[prm.name] = Binding(node, "param")
 
     def bounds(self, name: str, kind: str, c: A.Constraint | None) -> tuple:
@@ -143,7 +144,7 @@ class ScopesPass:
     def name(self, name: str, span: Span) -> Node:
         if name == "shaped":
             if self.metric_ctx:
-                return Node(Op.REF, (), Type(NUM, ROLLOUT), ("builtin", "shaped"), span)
+                return Node(Op.REF, (), Type(TypeKind.NUM, ROLLOUT), ("builtin", "shaped"), span)
             return self.error("E201", "`shaped` (the shaper's output) is only visible in metrics", span)
         b = self.env.get(name)
         if b is None:
@@ -160,8 +161,8 @@ class ScopesPass:
 
     def meta_value(self, path: str, typ: str, span: Span) -> Node:
         if typ == "band":
-            return Node(Op.BANDREF, (), Type("band", GROUP, maybe_missing=True), ("meta", path), span)
-        kind = BOOL if typ == "bool" else NUM
+            return Node(Op.BANDREF, (), Type(TypeKind.BAND, GROUP, maybe_missing=True), ("meta", path), span)
+        kind = TypeKind.BOOL if typ == "bool" else TypeKind.NUM
         unit = typ if typ in UNITS else None
         return Node(Op.REF, (), Type(kind, GROUP, unit, maybe_missing=True), ("meta", path), span)
 
@@ -209,7 +210,7 @@ class ScopesPass:
             return self.error("E201", "skipped(...) is only visible in metrics", e.span)
         if len(e.args) != 1 or not isinstance(e.args[0].value, A.String):
             return self.error("E204", 'skipped() takes one reason, as a string: skipped("non_binary")', e.span)
-        return Node(Op.SKIPPED, (), Type(BOOL, ROLLOUT), e.args[0].value.value, e.span)
+        return Node(Op.SKIPPED, (), Type(TypeKind.BOOL, ROLLOUT), e.args[0].value.value, e.span)
 
     def _uses_group(self, node: Node) -> bool:
         return self.group_free(node) is None

@@ -1,4 +1,4 @@
-"""What every checker pass shares: element kinds, name bindings, constant folding, suggestions."""
+"""What every checker pass shares: name bindings, constant folding, suggestions."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from ..syntax import ast as A
 from ..ir.nodes import Node
 
-NUM, BOOL = "num", "bool"
 INF = math.inf
 
 

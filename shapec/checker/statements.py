@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..syntax import ast as A
-from .shared import BAD, BOOL, NUM, Binding, finite_const
+from .shared import BAD, Binding, finite_const
 from ..ir.nodes import BATCH, GROUP, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, ShaperIR, Step, Type, StepKind
+from ..ir.nodes import TypeKind
 from .ordering import CONTRACTS, OrderingPass
 from .scopes import ScopesPass
 from .types import TypesPass
@@ -15,7 +16,7 @@ from .types import TypesPass
 
 def in_words(ty: Type) -> str:
     """A type as a user says it: 'one number per rollout', 'one boolean per group'."""
-    what = {NUM: "number", BOOL: "boolean"}.get(ty.kind, ty.kind)
+    what = {TypeKind.NUM: "number", TypeKind.BOOL: "boolean"}.get(ty.kind, ty.kind.value)
     if ty.unit not in (None, "lit"):
         what = f"{what} in {ty.unit}"
     if ty.items:
@@ -87,7 +88,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     spec = self.meta(st)
                     if spec is not None and name not in self.env:
                         metas.append(spec)
-                        self.env[name] = Binding(Node(Op.META, (), Type("meta"), spec, st.span), "meta")
+                        self.env[name] = Binding(Node(Op.META, (), Type(TypeKind.META), spec, st.span), "meta")
                     elif spec is not None:
                         self.error("E202", f"{name!r} is already defined", st.span)
                     else:
@@ -98,13 +99,13 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                         if node.ty.level != ROLLOUT or node.ty.items or self._uses_group(node):
                             self.error("E303", f"channel {name!r} must be computed per rollout from inputs "
                                        f"(got a {node.ty.describe()})", e.span)
-                        elif node.ty.kind != NUM:
+                        elif node.ty.kind is not TypeKind.NUM:
                             self.error("E302", f"channel {name!r} must be a number", e.span)
                     if self.define(name, Node(Op.REF, (), node.ty, ("var", name), st.span), "channel", st.span, node):
                         channels.append((name, node))
                 case A.Let(name=name, expr=e):
                     node = self.expr(e)
-                    if node.ty.kind == "band":
+                    if node.ty.kind is TypeKind.BAND:
                         self.define(name, node, "let", st.span, node)
                         continue
                     if self.define(name, Node(Op.REF, (), node.ty, ("var", name), st.span), "let", st.span, node):
@@ -113,7 +114,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                 case A.Gate(name=name, expr=e):
                     node = self.expr(e)
                     self.expect_bool(node, e.span, "a gate")
-                    ty = replace(node.ty, kind=BOOL) if node.ty is not POISON else node.ty
+                    ty = replace(node.ty, kind=TypeKind.BOOL) if node.ty is not POISON else node.ty
                     if self.define(name, Node(Op.REF, (), ty, ("var", name), st.span), "gate", st.span, node):
                         step = Step(StepKind.GATE, name, node)
                         if ty.level == BATCH:
@@ -134,7 +135,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                                            "(reduce it with any(), all() or count())", r.when.span)
                         checked.append((r.verdict, r.reason, when))
                     level = max([GROUP] + [w.ty.level for _, _, w in checked if w is not None and w.ty is not POISON])
-                    ty = Type(BOOL, min(level, GROUP))
+                    ty = Type(TypeKind.BOOL, min(level, GROUP))
                     if self.define(name, Node(Op.REF, (), ty, ("var", name), st.span), "gate", st.span):
                         steps.append(Step(StepKind.GATERULES, name, rules=tuple(checked)))
                         reasons = []
@@ -158,7 +159,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                 case A.Term(name=name, expr=e, on=on, when=when):
                     node, on_n, when_n = self.applied(e, on, when, "term")
                     order.append(("term", st.span))
-                    if self.define(name, Node(Op.REF, (), Type(NUM, ROLLOUT), ("var", name), st.span), "term", st.span, node):
+                    ref = Node(Op.REF, (), Type(TypeKind.NUM, ROLLOUT), ("var", name), st.span)
+                    if self.define(name, ref, "term", st.span, node):
                         terms.append(name)
                         steps.append(Step(StepKind.TERM, name, node, on_n, when_n))
                 case A.Factor(name=name, expr=e, on=on, when=when):
@@ -171,7 +173,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                             self.error("E503", f"factor {name!r} is not provably within [0, 1] "
                                        f"(it may range over [{lo:g}, {hi:g}]); use a band, a clip "
                                        f"or a power with a non-positive exponent of a value >= 1{hint}", e.span)
-                    if self.define(name, Node(Op.REF, (), Type(NUM, ROLLOUT), ("var", name), st.span), "factor", st.span, node):
+                    ref = Node(Op.REF, (), Type(TypeKind.NUM, ROLLOUT), ("var", name), st.span)
+                    if self.define(name, ref, "factor", st.span, node):
                         factors.append((name, on_n, st.span))
                         steps.append(Step(StepKind.FACTOR, name, node, on_n, when_n))
                 case A.Clamp(lo=lo_e, on=on, when=when):
@@ -191,16 +194,16 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                         self.error("E308", f"state {name!r} needs a constant initial value", init.span)
                         value = 0.0
                     if per_prompt:  # its update reads the whole body: checked once every name is defined
-                        ref = Node(Op.REF, (), Type(NUM, GROUP), ("prompt_state", name), st.span)
+                        ref = Node(Op.REF, (), Type(TypeKind.NUM, GROUP), ("prompt_state", name), st.span)
                         if self.define(name, ref, "state", st.span):
                             prompt_updates.append((name, value, upd))
                         continue
-                    ref = Node(Op.REF, (), Type(NUM, BATCH), ("state", name), st.span)
+                    ref = Node(Op.REF, (), Type(TypeKind.NUM, BATCH), ("state", name), st.span)
                     if self.define(name, ref, "state", st.span):
                         self.state_ctx = name
                         node = self.expr(upd)
                         self.state_ctx = ""
-                        if node.ty is not POISON and (node.ty.level > PARAM or node.ty.kind != NUM):
+                        if node.ty is not POISON and (node.ty.level > PARAM or node.ty.kind is not TypeKind.NUM):
                             self.error("E303", f"state {name!r} keeps one number from batch to batch, so its "
                                        f"update must be one number for the whole batch; this is "
                                        f"{in_words(node.ty)}{batch_hint(node.ty)}", upd.span)
@@ -227,7 +230,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     if node.ty is not POISON and node.ty.items:
                         self.error("E306", "a drop condition decides per rollout, not per metadata item", e.span)
                     drop = node if drop is None else Node(Op.OR, (drop, node), Type(
-                        BOOL, ROLLOUT, maybe_missing=drop.ty.maybe_missing or node.ty.maybe_missing), span=e.span)
+                        TypeKind.BOOL, ROLLOUT, maybe_missing=drop.ty.maybe_missing or node.ty.maybe_missing),
+                        span=e.span)
                 case A.Ensure():
                     pending.append(st)
                 case _:
@@ -254,7 +258,7 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
     def prompt_update(self, name: str, upd: A.Expr) -> Node:
         """A per-prompt state's update: one number per group (it may read every statement of the body)."""
         node = self.expr(upd)
-        if node.ty is not POISON and (node.ty.level > GROUP or node.ty.items or node.ty.kind != NUM):
+        if node.ty is not POISON and (node.ty.level > GROUP or node.ty.items or node.ty.kind is not TypeKind.NUM):
             self.error("E303", f"state {name!r} keeps one number per prompt, so its update must be one number per "
                        f"group; this is {in_words(node.ty)}", upd.span)
         return node

@@ -6,28 +6,28 @@ from __future__ import annotations
 from ..syntax import ast as A
 from ..syntax.depth import CHAIN_OPERATORS
 from ..syntax.source import Span
-from .shared import BAD, BOOL, NUM, finite_const, suggest
-from ..ir.nodes import BATCH, CONST, GROUP, MetaSpec, Node, Op, POISON, ROLLOUT, Type, UNITS
+from .shared import BAD, finite_const, suggest
+from ..ir.nodes import BATCH, CONST, GROUP, MetaSpec, Node, Op, POISON, ROLLOUT, Type, UNITS, TypeKind
 
 REDUCTIONS = {
     # name: (needs bool arg, result kind, keeps unit, may be missing, extra args, rollout-valued)
-    "count": (True, "num", False, False, 0, False),
-    "any": (True, "bool", False, False, 0, False),
-    "all": (True, "bool", False, False, 0, False),
-    "sum": (False, "num", True, False, 0, False),
-    "mean": (False, "num", True, True, 0, False),
-    "median": (False, "num", True, True, 0, False),
-    "std": (False, "num", True, True, 0, False),
-    "mad": (False, "num", True, True, 0, False),
-    "min": (False, "num", True, True, 0, False),
-    "max": (False, "num", True, True, 0, False),
-    "argmin": (False, "index", False, True, 0, False),
-    "argmax": (False, "index", False, True, 0, False),
-    "quantile": (False, "num", True, True, 1, False),
-    "nth_largest": (False, "num", True, True, 1, False),
-    "minmax": (False, "num", False, True, 0, True),
-    "centered": (False, "num", True, True, 0, True),
-    "rank": (False, "num", False, True, 0, True),
+    "count": (True, TypeKind.NUM, False, False, 0, False),
+    "any": (True, TypeKind.BOOL, False, False, 0, False),
+    "all": (True, TypeKind.BOOL, False, False, 0, False),
+    "sum": (False, TypeKind.NUM, True, False, 0, False),
+    "mean": (False, TypeKind.NUM, True, True, 0, False),
+    "median": (False, TypeKind.NUM, True, True, 0, False),
+    "std": (False, TypeKind.NUM, True, True, 0, False),
+    "mad": (False, TypeKind.NUM, True, True, 0, False),
+    "min": (False, TypeKind.NUM, True, True, 0, False),
+    "max": (False, TypeKind.NUM, True, True, 0, False),
+    "argmin": (False, TypeKind.INDEX, False, True, 0, False),
+    "argmax": (False, TypeKind.INDEX, False, True, 0, False),
+    "quantile": (False, TypeKind.NUM, True, True, 1, False),
+    "nth_largest": (False, TypeKind.NUM, True, True, 1, False),
+    "minmax": (False, TypeKind.NUM, False, True, 0, True),
+    "centered": (False, TypeKind.NUM, True, True, 0, True),
+    "rank": (False, TypeKind.NUM, False, True, 0, True),
 }
 
 
@@ -52,9 +52,9 @@ class TypesPass:
         on_n = None
         if on is not None:
             on_n = self.expr(on)
-            if on_n.ty is not POISON and on_n.ty.kind not in (BOOL, "index"):
-                self.error("E302", f"`on` takes a rollout mask or argmin/argmax, not a {on_n.ty.kind}", on.span)
-            elif on_n.ty is not POISON and on_n.ty.kind == BOOL and on_n.ty.level != ROLLOUT:
+            if on_n.ty is not POISON and on_n.ty.kind not in (TypeKind.BOOL, TypeKind.INDEX):
+                self.error("E302", f"`on` takes a rollout mask or argmin/argmax, not a {on_n.ty.kind.value}", on.span)
+            elif on_n.ty is not POISON and on_n.ty.kind is TypeKind.BOOL and on_n.ty.level != ROLLOUT:
                 text = " ".join(on.span.source.text[on.span.start:on.span.end].split()) if on.span.source else "..."
                 self.error("E303", f"`on` selects rollouts; this is a {on_n.ty.describe()}: to apply the "
                            f"statement to whole groups where it holds, write `when {text}`", on.span)
@@ -65,12 +65,12 @@ class TypesPass:
         return node, on_n, when_n
 
     def expect_bool(self, node: Node, span: Span, what: str):
-        if node.ty is not POISON and node.ty.kind != BOOL:
-            self.error("E302", f"{what} must be a boolean, not a {node.ty.kind}", span)
+        if node.ty is not POISON and node.ty.kind is not TypeKind.BOOL:
+            self.error("E302", f"{what} must be a boolean, not a {node.ty.kind.value}", span)
 
     def expect_num(self, node: Node, span: Span, what: str):
-        if node.ty is not POISON and node.ty.kind != NUM:
-            self.error("E302", f"{what} must be a number, not a {node.ty.kind}", span)
+        if node.ty is not POISON and node.ty.kind is not TypeKind.NUM:
+            self.error("E302", f"{what} must be a number, not a {node.ty.kind.value}", span)
 
     def combine(self, *types: Type, span: Span) -> tuple[int, str | None, bool] | None:
         """Level, items tag and missingness of an expression over these operands."""
@@ -95,11 +95,11 @@ class TypesPass:
     def expr(self, e: A.Expr) -> Node:
         match e:
             case A.Number(value=v):
-                return Node(Op.CONST, (), Type(NUM, CONST, "lit"), float(v), e.span)
+                return Node(Op.CONST, (), Type(TypeKind.NUM, CONST, "lit"), float(v), e.span)
             case A.Bool(value=v):
-                return Node(Op.CONST, (), Type(BOOL, CONST), 1.0 if v else 0.0, e.span)
+                return Node(Op.CONST, (), Type(TypeKind.BOOL, CONST), 1.0 if v else 0.0, e.span)
             case A.String(value=v):
-                return Node(Op.STR, (), Type("str"), v, e.span)
+                return Node(Op.STR, (), Type(TypeKind.STR), v, e.span)
             case A.Name(id=name):
                 return self.name(name, e.span)
             case A.GetAttr():
@@ -134,7 +134,7 @@ class TypesPass:
                     return Node(Op.POISON, (), POISON, span=e.span)
                 if lv[0] > GROUP:
                     return self.error("E303", "a band is per group; its a, b and f cannot be per rollout", e.span)
-                return Node(Op.BANDLIT, tuple(parts), Type("band", lv[0], maybe_missing=lv[2]), span=e.span)
+                return Node(Op.BANDLIT, tuple(parts), Type(TypeKind.BAND, lv[0], maybe_missing=lv[2]), span=e.span)
         raise TypeError(f"checker: unknown expression {type(e).__name__}")
 
     def getattr(self, e: A.GetAttr) -> Node:
@@ -149,7 +149,7 @@ class TypesPass:
             typ = fields[e.attr]
             if spec.kind == "record":
                 return self.meta_value(path, typ, e.span)
-            kind = BOOL if typ == "bool" else NUM
+            kind = TypeKind.BOOL if typ == "bool" else TypeKind.NUM
             return Node(Op.REF, (), Type(kind, ROLLOUT, typ if typ in UNITS else None, items=spec.name),
                         ("item", path), e.span)
         if isinstance(e.obj, A.Name) and e.obj.id == "batch":
@@ -157,15 +157,15 @@ class TypesPass:
         obj = self.expr(e.obj)
         if obj.ty is POISON:
             return obj
-        if obj.ty.kind == "band":
+        if obj.ty.kind is TypeKind.BAND:
             return self.band_field(obj, e)
-        return self.error("E208", f"a {obj.ty.kind} has no field {e.attr!r}", e.span)
+        return self.error("E208", f"a {obj.ty.kind.value} has no field {e.attr!r}", e.span)
 
     def band_field(self, band: Node, e: A.GetAttr) -> Node:
         if e.attr not in ("a", "b", "f"):
             return self.error("E208", f"a band has fields a, b and f, not {e.attr!r}", e.span)
-        return Node(Op.BANDFIELD, (band,), Type(NUM, band.ty.level, "lit", maybe_missing=band.ty.maybe_missing),
-                    e.attr, e.span)
+        ty = Type(TypeKind.NUM, band.ty.level, "lit", maybe_missing=band.ty.maybe_missing)
+        return Node(Op.BANDFIELD, (band,), ty, e.attr, e.span)
 
     def binary(self, e: A.Binary) -> Node:
         """A binary operator; a run of one associative operator (`a + b + c`, left-leaning in
@@ -195,15 +195,17 @@ class TypesPass:
             lv = self.combine(a.ty, b.ty, span=e.span)
             if lv is None:
                 return Node(Op.POISON, (), POISON, span=e.span)
-            return Node(Op(op), (a, b), Type(BOOL, lv[0], items=lv[1], maybe_missing=lv[2]), span=e.span)
+            return Node(Op(op), (a, b), Type(TypeKind.BOOL, lv[0], items=lv[1], maybe_missing=lv[2]), span=e.span)
         if op == "??":
-            if a.ty.kind != b.ty.kind and not {a.ty.kind, b.ty.kind} <= {NUM}:
-                return self.error("E302", f"both sides of '??' must have the same type ({a.ty.kind} vs {b.ty.kind})", e.span)
+            if a.ty.kind is not b.ty.kind:
+                return self.error("E302", "both sides of '??' must have the same type "
+                                  f"({a.ty.kind.value} vs {b.ty.kind.value})", e.span)
             lv = self.combine(a.ty, b.ty, span=e.span)
             if lv is None:
                 return Node(Op.POISON, (), POISON, span=e.span)
-            if a.ty.kind == "band":
-                return Node(Op.BANDFALLBACK, (a, b), Type("band", lv[0], maybe_missing=b.ty.maybe_missing), span=e.span)
+            if a.ty.kind is TypeKind.BAND:
+                ty = Type(TypeKind.BAND, lv[0], maybe_missing=b.ty.maybe_missing)
+                return Node(Op.BANDFALLBACK, (a, b), ty, span=e.span)
             unit = self.unify_units(a.ty, b.ty, e.span, "fall back between")
             if isinstance(unit, Node):
                 return unit
@@ -212,8 +214,8 @@ class TypesPass:
             return self.compare(e, op, a, b)
         # arithmetic
         for n, side in ((a, e.left), (b, e.right)):
-            if n.ty.kind != NUM:
-                return self.error("E302", f"'{op}' needs numbers; this is a {n.ty.kind}"
+            if n.ty.kind is not TypeKind.NUM:
+                return self.error("E302", f"'{op}' needs numbers; this is a {n.ty.kind.value}"
                                   f"{self.number_hint(n, side)}", side.span)
         lv = self.combine(a.ty, b.ty, span=e.span)
         if lv is None:
@@ -241,11 +243,11 @@ class TypesPass:
             unit = "lit" if ua == ub == "lit" else None
         if isinstance(unit, Node):
             return unit
-        return Node(Op.BIN, (a, b), Type(NUM, lv[0], unit, lv[1], lv[2]), op, e.span)
+        return Node(Op.BIN, (a, b), Type(TypeKind.NUM, lv[0], unit, lv[1], lv[2]), op, e.span)
 
     def number_hint(self, n: Node, e: A.Expr) -> str:
         """How to turn a boolean into a number: count it over the group, or 1/0 per rollout."""
-        if n.ty.kind != BOOL:
+        if n.ty.kind is not TypeKind.BOOL:
             return ""
         text = e.span.source.text[e.span.start:e.span.end] if e.span.source is not None else ""
         text = text if text and len(text) <= 40 and "\n" not in text else "x"
@@ -259,25 +261,25 @@ class TypesPass:
         lv = self.combine(a.ty, b.ty, span=e.span)
         if lv is None:
             return Node(Op.POISON, (), POISON, span=e.span)
-        ty = Type(BOOL, lv[0], items=lv[1], maybe_missing=lv[2])
-        if a.ty.kind == "enum" or b.ty.kind == "enum":
-            enum_n, other = (a, b) if a.ty.kind == "enum" else (b, a)
+        ty = Type(TypeKind.BOOL, lv[0], items=lv[1], maybe_missing=lv[2])
+        if a.ty.kind is TypeKind.ENUM or b.ty.kind is TypeKind.ENUM:
+            enum_n, other = (a, b) if a.ty.kind is TypeKind.ENUM else (b, a)
             if op not in ("==", "!="):
                 return self.error("E302", "enums compare with == and != only", e.span)
             if other.op is Op.STR:
                 if other.attr not in enum_n.ty.members:
                     return self.error("E307", f"{other.attr!r} is not one of {', '.join(enum_n.ty.members)}", other.span)
-                other = Node(Op.CONST, (), Type(NUM), float(enum_n.ty.members.index(other.attr)), other.span)
-            elif other.ty.kind != "enum" or other.ty.members != enum_n.ty.members:
+                other = Node(Op.CONST, (), Type(TypeKind.NUM), float(enum_n.ty.members.index(other.attr)), other.span)
+            elif other.ty.kind is not TypeKind.ENUM or other.ty.members != enum_n.ty.members:
                 return self.error("E302", "an enum compares with one of its members, written as a string", e.span)
             return Node(Op.CMP, (enum_n, other), ty, op, e.span)
         if a.op is Op.STR or b.op is Op.STR:
             return self.error("E302", "strings only compare with enum params", e.span)
-        if a.ty.kind == BOOL and b.ty.kind == BOOL and op in ("==", "!="):
+        if a.ty.kind is TypeKind.BOOL and b.ty.kind is TypeKind.BOOL and op in ("==", "!="):
             return Node(Op.CMP, (a, b), ty, op, e.span)
         for n in (a, b):
-            if n.ty.kind != NUM:
-                return self.error("E302", f"cannot compare a {n.ty.kind} with '{op}'", n.span)
+            if n.ty.kind is not TypeKind.NUM:
+                return self.error("E302", f"cannot compare a {n.ty.kind.value} with '{op}'", n.span)
         unit = self.unify_units(a.ty, b.ty, e.span, "compare")
         if isinstance(unit, Node):
             return unit
@@ -288,14 +290,15 @@ class TypesPass:
         if POISON in (tn.ty, an.ty, bn.ty):
             return Node(Op.POISON, (), POISON, span=e.span)
         self.expect_bool(tn, t.span, "the condition of '?'")
-        if an.ty.kind != bn.ty.kind:
-            return self.error("E302", f"both branches of '?' must have the same type ({an.ty.kind} vs {bn.ty.kind})", e.span)
+        if an.ty.kind is not bn.ty.kind:
+            return self.error("E302", "both branches of '?' must have the same type "
+                              f"({an.ty.kind.value} vs {bn.ty.kind.value})", e.span)
         lv = self.combine(tn.ty, an.ty, bn.ty, span=e.span)
         if lv is None:
             return Node(Op.POISON, (), POISON, span=e.span)
-        if an.ty.kind == "band":
-            return Node(Op.BANDCOND, (tn, an, bn), Type("band", lv[0], maybe_missing=lv[2]), span=e.span)
-        unit = self.unify_units(an.ty, bn.ty, e.span, "choose between") if an.ty.kind == NUM else None
+        if an.ty.kind is TypeKind.BAND:
+            return Node(Op.BANDCOND, (tn, an, bn), Type(TypeKind.BAND, lv[0], maybe_missing=lv[2]), span=e.span)
+        unit = self.unify_units(an.ty, bn.ty, e.span, "choose between") if an.ty.kind is TypeKind.NUM else None
         if isinstance(unit, Node):
             return unit
         return Node(Op.COND, (tn, an, bn), Type(an.ty.kind, lv[0], unit, lv[1], lv[2], an.ty.members), span=e.span)
@@ -333,22 +336,22 @@ class TypesPass:
             return Node(Op.POISON, (), POISON, span=e.span)
         if needs_bool:
             self.expect_bool(arg, first.value.span, f"the argument of {name}()")
-        elif arg.ty.kind != NUM:
-            return self.error("E302", f"{name}() reduces numbers, not a {arg.ty.kind}", first.value.span)
+        elif arg.ty.kind is not TypeKind.NUM:
+            return self.error("E302", f"{name}() reduces numbers, not a {arg.ty.kind.value}", first.value.span)
         if arg.ty.level != ROLLOUT:
             return self.error("E303", f"{name}() reduces a group's rollouts, but this is a "
                               f"{arg.ty.describe()}; a value that is already one per group needs no reduction",
                               first.value.span)
         if mask is not None:
-            if mask.ty.kind != BOOL or mask.ty.level != ROLLOUT or mask.ty.items != arg.ty.items:
+            if mask.ty.kind is not TypeKind.BOOL or mask.ty.level != ROLLOUT or mask.ty.items != arg.ty.items:
                 return self.error("E304", f"`where` needs a rollout-level boolean over the same rollouts; "
                                   f"this is a {mask.ty.describe()}", first.where.span)
         for x, a in zip(extras, e.args[1:]):
-            if x.ty.kind != NUM or x.ty.level > GROUP:
+            if x.ty.kind is not TypeKind.NUM or x.ty.level > GROUP:
                 return self.error("E303", f"the extra argument of {name}() must be a number per group or less",
                                   a.value.span)
         if mask is None:
-            mask = Node(Op.CONST, (), Type(BOOL, ROLLOUT, items=arg.ty.items), 1.0, first.span)
+            mask = Node(Op.CONST, (), Type(TypeKind.BOOL, ROLLOUT, items=arg.ty.items), 1.0, first.span)
         unit = arg.ty.unit if keeps_unit else None
         if rollout_valued:
             ty = Type(kind, ROLLOUT, unit, arg.ty.items, True)
@@ -388,13 +391,13 @@ class TypesPass:
             arg, mask = free_arg, free_mask
         if name in ("count", "any", "all"):
             self.expect_bool(arg, first.value.span, f"the argument of batch.{name}()")
-        elif arg.ty.kind not in (NUM, BOOL):
+        elif arg.ty.kind not in (TypeKind.NUM, TypeKind.BOOL):
             return self.error("E302", f"batch.{name}() reduces numbers", first.value.span)
-        if mask is not None and mask.ty.kind != BOOL:
+        if mask is not None and mask.ty.kind is not TypeKind.BOOL:
             return self.error("E304", "`where` needs a boolean", first.where.span)
         if mask is None:
-            mask = Node(Op.CONST, (), Type(BOOL, ROLLOUT), 1.0, first.span)
-        kind = BOOL if name in ("any", "all") else NUM
+            mask = Node(Op.CONST, (), Type(TypeKind.BOOL, ROLLOUT), 1.0, first.span)
+        kind = TypeKind.BOOL if name in ("any", "all") else TypeKind.NUM
         unit = arg.ty.unit if name in ("sum", "min", "max", "mean") else None
         return Node(Op.BREDUCE, (arg, mask), Type(kind, BATCH, unit, maybe_missing=name in ("mean", "min", "max")),
                     name, e.span)
@@ -414,22 +417,23 @@ class TypesPass:
             return Node(Op.POISON, (), POISON, span=e.span)
         level, items, missing = lv
         if name in ("missing", "present"):
-            return Node(Op.CALL, tuple(args), Type(BOOL, level, items=items), name, e.span)
+            return Node(Op.CALL, tuple(args), Type(TypeKind.BOOL, level, items=items), name, e.span)
         if name == "band":
             x, b = args
-            if x.ty.kind != NUM:
+            if x.ty.kind is not TypeKind.NUM:
                 return self.error("E302", "band() takes a length first", e.args[0].span)
-            if b.ty.kind != "band":
-                return self.error("E302", f"band() takes a band {{a, b, f}} second, not a {b.ty.kind}", e.args[1].span)
-            return Node(Op.BAND, (x, b), Type(NUM, level, None, items, missing), span=e.span)
+            if b.ty.kind is not TypeKind.BAND:
+                return self.error("E302", f"band() takes a band {{a, b, f}} second, not a {b.ty.kind.value}",
+                                  e.args[1].span)
+            return Node(Op.BAND, (x, b), Type(TypeKind.NUM, level, None, items, missing), span=e.span)
         for a, src in zip(args, e.args):
-            if a.ty.kind != NUM:
-                return self.error("E302", f"{name}() takes numbers, not a {a.ty.kind}", src.span)
+            if a.ty.kind is not TypeKind.NUM:
+                return self.error("E302", f"{name}() takes numbers, not a {a.ty.kind.value}", src.span)
         unit: str | None | Node = None
         if name in ("min", "max", "clip"):
             unit = args[0].ty.unit
             for a in args[1:]:
-                unit = self.unify_units(Type(NUM, unit=unit), a.ty, e.span, f"take the {name} of")
+                unit = self.unify_units(Type(TypeKind.NUM, unit=unit), a.ty, e.span, f"take the {name} of")
                 if isinstance(unit, Node):
                     return unit
         elif name in ("abs", "int"):
@@ -440,4 +444,4 @@ class TypesPass:
             if args[0].ty.unit not in (None, "lit"):
                 return self.error("E301", f"{name}() needs a plain number; this is in {args[0].ty.unit} "
                                   "(divide by a reference length first)", e.args[0].span)
-        return Node(Op.CALL, tuple(args), Type(NUM, level, unit, items, missing), name, e.span)
+        return Node(Op.CALL, tuple(args), Type(TypeKind.NUM, level, unit, items, missing), name, e.span)

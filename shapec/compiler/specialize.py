@@ -40,7 +40,7 @@ import numpy as np
 
 from ..ir.partial import ParamValues
 from ..ir.values import k_and, k_cmp, k_or
-from ..ir.nodes import Node, Op, PARAM, ShaperIR, Step, StepKind
+from ..ir.nodes import Node, Op, PARAM, ShaperIR, Step, StepKind, TypeKind
 from ..ir.nodes import post_order, steps_nodes, walk
 
 UNKNOWN = None  # a fact the params do not settle: the code stays general there
@@ -65,7 +65,7 @@ class Facts:
         found: dict[tuple, Node] = {}
         for root in steps_nodes(ir):
             for n in walk(root):
-                if n.ty.kind == "bool" and n.ty.level == PARAM and n.op is not Op.CONST:
+                if n.ty.kind is TypeKind.BOOL and n.ty.level == PARAM and n.op is not Op.CONST:
                     found.setdefault(n.key(), n)
         self.conditions = tuple(found.items())
         self.zeros = tuple(p.name for p in ir.params if p.kind in ("int", "float"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import math
 
-from .nodes import Node, Op
+from .nodes import Node, Op, TypeKind
 from .powers import c_pow
 
 INF = math.inf
@@ -150,7 +150,7 @@ def node_interval(n: Node, args: list[Interval]) -> Interval:
     if op is Op.OR:
         return max(a[0] for a in args), max(a[1] for a in args)
     if op is Op.CMP:
-        if any(a.ty.kind == "band" for a in n.args):
+        if any(a.ty.kind is TypeKind.BAND for a in n.args):
             return UNIT
         return compare(n.attr, args[0], args[1])
     if op is Op.BIN:  # a chain: the left fold, as it is evaluated

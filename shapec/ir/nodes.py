@@ -76,11 +76,24 @@ class StepKind(StrictEnum):
     STATE = "state"
 
 
+class TypeKind(StrictEnum):
+    """What one element of a value is; the value is the name diagnostics print."""
+
+    NUM = "num"  # a number
+    BOOL = "bool"  # three-valued: 1.0 true, 0.0 false, NaN missing
+    INDEX = "index"  # a rollout's position in its group, from argmin/argmax
+    BAND = "band"  # a band {a, b, f}
+    ENUM = "enum"  # an enum param: the index of its member in `members`
+    STR = "str"  # a string literal, only ever compared with an enum param
+    META = "meta"  # the name of a metadata declaration, before one of its fields is read
+    POISON = "poison"  # the type of an expression that failed to check
+
+
 @dataclass(frozen=True, slots=True)
 class Type:
-    """Element kind (num, bool, index, band, enum), unit, level and whether it may be missing."""
+    """Element kind, unit, level and whether it may be missing."""
 
-    kind: str
+    kind: TypeKind
     level: int = CONST
     unit: str | None = None  # None dimensionless; "lit" a bare literal that adopts a unit
     items: str | None = None  # meta list name when the value ranges over its items
@@ -90,10 +103,10 @@ class Type:
     def describe(self) -> str:
         where = f"item of {self.items}" if self.items else LEVEL_NAMES[self.level]
         unit = f" {self.unit}" if self.unit not in (None, "lit") else ""
-        return f"{where} {self.kind}{unit}"
+        return f"{where} {self.kind.value}{unit}"
 
 
-POISON = Type("poison")
+POISON = Type(TypeKind.POISON)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type, StepKind
+from ..ir.nodes import BATCH, CONST, GROUP, Node, Op, PARAM, ROLLOUT, ShaperIR, Type, StepKind, TypeKind
 from .batch import Batch
 from ..ir.powers import c_pow
 from ..ir.values import band_multiplier, k_and, k_cmp, k_or, reduce_values, seq_sum, state_update
@@ -144,7 +144,7 @@ class Interpreter:
         if op is Op.BANDFIELD:
             band = self.band(node.args[0], ty)
             return band[..., "abf".index(node.attr)]
-        args = [self.at(a, ty) if a.ty.kind != "band" else None for a in node.args]
+        args = [self.at(a, ty) if a.ty.kind is not TypeKind.BAND else None for a in node.args]
         if op is Op.BIN:  # a chain of + or * is the left fold of its args
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 return functools.reduce(ARITHMETIC[node.attr], args)
@@ -175,16 +175,16 @@ class Interpreter:
             ns, name = node.attr
             rows = self.P[name] if ns == "param" else self.b.bands[name]
         elif op is Op.BANDLIT:
-            parts = [self.at(a, Type("num", max(a.ty.level, PARAM))) for a in node.args]
+            parts = [self.at(a, Type(TypeKind.NUM, max(a.ty.level, PARAM))) for a in node.args]
             rows = np.stack(parts + [np.ones(self.G)], axis=-1)
         elif op is Op.BANDFALLBACK:
-            a = self.band(node.args[0], Type("band", GROUP))
-            b = self.band(node.args[1], Type("band", GROUP))
+            a = self.band(node.args[0], Type(TypeKind.BAND, GROUP))
+            b = self.band(node.args[1], Type(TypeKind.BAND, GROUP))
             rows = np.where((a[:, 3] == 1)[:, None], a, b)
         elif op is Op.BANDCOND:
-            c = self.at(node.args[0], Type("num", GROUP))
-            a = self.band(node.args[1], Type("band", GROUP))
-            b = self.band(node.args[2], Type("band", GROUP))
+            c = self.at(node.args[0], Type(TypeKind.NUM, GROUP))
+            a = self.band(node.args[1], Type(TypeKind.BAND, GROUP))
+            b = self.band(node.args[2], Type(TypeKind.BAND, GROUP))
             none = np.tile([NAN, NAN, NAN, 0.0], (self.G, 1))
             rows = np.where((c == 1)[:, None], a, np.where((c == 0)[:, None], b, none))
         else:
@@ -245,7 +245,7 @@ class Interpreter:
         elem_ty = node.args[0].ty
         arg = self.lift(arg, elem_ty, elem_ty)
         mask = self.lift(self.eval(node.args[1]), node.args[1].ty, elem_ty)
-        extras = [self.lift(self.eval(e), e.ty, Type("num", GROUP)) for e in node.args[2:]]
+        extras = [self.lift(self.eval(e), e.ty, Type(TypeKind.NUM, GROUP)) for e in node.args[2:]]
         offsets = self.b.offsets if not over else self.items[over][0]
         if op in ("minmax", "centered", "rank"):
             out = np.full(len(arg), NAN)
@@ -275,8 +275,8 @@ class Interpreter:
         return out
 
     def batch_reduce(self, node: Node) -> float:
-        arg = self.at(node.args[0], Type("num", ROLLOUT))
-        mask = self.at(node.args[1], Type("num", ROLLOUT))
+        arg = self.at(node.args[0], Type(TypeKind.NUM, ROLLOUT))
+        mask = self.at(node.args[1], Type(TypeKind.NUM, ROLLOUT))
         return reduce_values(node.attr, arg[mask == 1], ())
 
     def state_value(self, node: Node) -> float:
@@ -337,7 +337,8 @@ class Interpreter:
         self.env.update(terms)
         self.env.update(factors)
         metrics = {name: float(self.eval(node)) for name, node in ir.metrics}
-        kept = None if ir.drop is None else ~(live & (self.at(ir.drop, Type("num", ROLLOUT)) == 1))  # missing: kept
+        dropped = None if ir.drop is None else self.at(ir.drop, Type(TypeKind.NUM, ROLLOUT)) == 1
+        kept = None if dropped is None else ~(live & dropped)  # missing: kept
         return StageOutput(rewards, terms, factors, skip_codes, gate_codes, metrics, dict(self.state), kept,
                            self.prompt_updates(skip_codes == 0))
 
@@ -347,7 +348,7 @@ class Interpreter:
         out = {}
         for name, _, update in self.ir.prompt_states:
             with np.errstate(all="ignore"):
-                new = np.asarray(self.at(update, Type("num", GROUP)), dtype=np.float64)
+                new = np.asarray(self.at(update, Type(TypeKind.NUM, GROUP)), dtype=np.float64)
             old = self.prompt_state[name]
             out[name] = np.where(shaped & np.isfinite(new), new, old)
         return out
@@ -360,7 +361,7 @@ class Interpreter:
 
         def apply(steps):
             for step, code in steps:
-                v = np.broadcast_to(self.lift(self.eval(step.expr), step.expr.ty, Type("num", GROUP)), (self.G,))
+                v = np.broadcast_to(self.lift(self.eval(step.expr), step.expr.ty, Type(TypeKind.NUM, GROUP)), (self.G,))
                 hit = (v == 1) if step.mode == "when" else (v != 1)
                 codes[(codes == 0) & hit] = code
 
@@ -377,7 +378,7 @@ class Interpreter:
 
     def shape(self, gate_codes) -> dict:
         ir, b = self.ir, self.b
-        rollout = Type("num", ROLLOUT)
+        rollout = Type(TypeKind.NUM, ROLLOUT)
         terms: dict[str, np.ndarray] = {}
         factors: dict[str, np.ndarray] = {}
         total = None  # sum of terms, accumulated left to right
@@ -397,7 +398,7 @@ class Interpreter:
                 value = self.eval(step.expr)
                 self.env[step.name] = value
                 if step.name in gate_codes:
-                    gate_codes[step.name] = self.gate_code(self.lift(value, step.expr.ty, Type("num", GROUP)))
+                    gate_codes[step.name] = self.gate_code(self.lift(value, step.expr.ty, Type(TypeKind.NUM, GROUP)))
             elif step.kind is StepKind.GATERULES:
                 self.gate_rules(step, gate_codes)
             elif step.kind is StepKind.TERM:
@@ -432,13 +433,13 @@ class Interpreter:
         n = self.b.n
         sel = np.ones(n, dtype=bool)
         if step.on is not None:
-            if step.on.ty.kind == "index":
-                idx = self.lift(self.eval(step.on), step.on.ty, Type("num", ROLLOUT))
+            if step.on.ty.kind is TypeKind.INDEX:
+                idx = self.lift(self.eval(step.on), step.on.ty, Type(TypeKind.NUM, ROLLOUT))
                 sel = self.local == idx
             else:
-                sel = self.at(step.on, Type("num", ROLLOUT)) == 1
+                sel = self.at(step.on, Type(TypeKind.NUM, ROLLOUT)) == 1
         if step.when is not None:
-            sel = sel & (self.at(step.when, Type("num", ROLLOUT)) == 1)
+            sel = sel & (self.at(step.when, Type(TypeKind.NUM, ROLLOUT)) == 1)
         return sel
 
     def gate_rules(self, step, gate_codes) -> None:
@@ -449,7 +450,7 @@ class Interpreter:
         reasons = self.ir.gate_reasons[step.name]
         for verdict, reason, when in step.rules:
             hit = np.ones(G, dtype=bool) if when is None else (
-                np.broadcast_to(self.lift(self.eval(when), when.ty, Type("num", GROUP)), (G,)) == 1)
+                np.broadcast_to(self.lift(self.eval(when), when.ty, Type(TypeKind.NUM, GROUP)), (G,)) == 1)
             new = hit & ~decided
             value[new] = 1.0 if verdict == "open" else 0.0
             codes[new] = reasons.index(reason)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..ir.nodes import StepKind
+from ..ir.nodes import StepKind, TypeKind
 from ..paths import printable
 from ..run.readers import MISSING
 from ..run.rundata import Chunk, ChunkOutcome, Grouping, _needs, iter_chunks, open_blocks, shape_chunk
@@ -66,17 +66,17 @@ def fmt_number(x: float, digits: int | None = None) -> str:
 
 def _value_text(v: Value, g: int, first_row: int, digits: int | None) -> str:
     ty = v.ty
-    if ty.kind == "band":
+    if ty.kind is TypeKind.BAND:
         a, b, f, present = v.values[g]
         return "{" + ", ".join(fmt_number(x, digits) for x in (a, b, f)) + "}" if present == 1 else "missing"
     x = float(v.values[g])
     if np.isnan(x):
         return "missing"
-    if ty.kind == "bool":
+    if ty.kind is TypeKind.BOOL:
         return "true" if x == 1 else "false"
-    if ty.kind == "enum":
+    if ty.kind is TypeKind.ENUM:
         return ty.members[int(x)]
-    if ty.kind == "index":
+    if ty.kind is TypeKind.INDEX:
         return f"row {first_row + int(x)}"
     return fmt_number(x, digits)
 

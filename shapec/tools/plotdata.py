@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..ir.nodes import Node, Op, ShaperIR, UNITS, walk, StepKind
+from ..ir.nodes import Node, Op, ShaperIR, UNITS, walk, StepKind, TypeKind
 from .explain import describe_gate, fmt_number, gate_verdicts
 from ..run.spec import ToolError, stage_irs
 from .trace import gate_operands, trace
@@ -267,7 +267,7 @@ def _node_of(ir: ShaperIR, value) -> Node:
 
 
 def _value(v, g: int) -> str:
-    if v.ty.kind == "band":
+    if v.ty.kind is TypeKind.BAND:
         a, b, f, present = v.values[g]
         return f"{{{a:g}, {b:g}, {f:g}}}" if present == 1 else "missing"
     x = float(v.values[g])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type, walk, StepKind
+from ..ir.nodes import GROUP, Node, Op, PARAM, ShaperIR, Type, walk, StepKind, TypeKind
 from ..runtime.batch import Batch
 from ..runtime.binder import make_batch
 from ..runtime.interp import Interpreter
@@ -155,7 +155,7 @@ def trace(shaper, rewards, offsets, channels, metadata, params, components, stat
 
 
 def _group_array(interp: Interpreter, node: Node) -> np.ndarray:
-    if node.ty.kind == "band":
-        return interp.band(node, Type("band", GROUP))
-    value = interp.at(node, Type("num", GROUP))
+    if node.ty.kind is TypeKind.BAND:
+        return interp.band(node, Type(TypeKind.BAND, GROUP))
+    value = interp.at(node, Type(TypeKind.NUM, GROUP))
     return np.broadcast_to(np.asarray(value, dtype=np.float64), (interp.G,))

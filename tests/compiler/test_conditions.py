@@ -15,18 +15,17 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shapec.checker.shared import BOOL, NUM
-from shapec.ir.nodes import GROUP, ROLLOUT, Node, Op, Type
+from shapec.ir.nodes import GROUP, ROLLOUT, Node, Op, Type, TypeKind
 from shapec.compiler.lowering import numba_helpers
 from shapec.compiler.lowering.conditions import Conditions
 from shapec.compiler.lowering.emitter import Scope
 from shapec.compiler.lowering.expressions import Expressions
 
 LEAVES = {  # name -> (IR node, how the code reads it)
-    "flag": Node(Op.REF, (), Type(BOOL, ROLLOUT), ("input", "flag")),  # an input: always 0 or 1
-    "odd": Node(Op.REF, (), Type(BOOL, GROUP, maybe_missing=True), ("meta", "odd")),  # metadata: any number
-    "x": Node(Op.REF, (), Type(NUM, ROLLOUT), ("input", "x")),
-    "y": Node(Op.REF, (), Type(NUM, GROUP, maybe_missing=True), ("meta", "y")),
+    "flag": Node(Op.REF, (), Type(TypeKind.BOOL, ROLLOUT), ("input", "flag")),  # an input: always 0 or 1
+    "odd": Node(Op.REF, (), Type(TypeKind.BOOL, GROUP, maybe_missing=True), ("meta", "odd")),  # metadata: any number
+    "x": Node(Op.REF, (), Type(TypeKind.NUM, ROLLOUT), ("input", "x")),
+    "y": Node(Op.REF, (), Type(TypeKind.NUM, GROUP, maybe_missing=True), ("meta", "y")),
 }
 
 
@@ -52,14 +51,15 @@ class Lowering(Conditions, Expressions):
 
 
 def trees(depth: int = 5):
-    bools = st.sampled_from([LEAVES["flag"], LEAVES["odd"], Node(Op.CONST, (), Type(BOOL), 1.0),
-                             Node(Op.CONST, (), Type(BOOL), 0.0)])
-    nums = st.sampled_from([LEAVES["x"], LEAVES["y"], Node(Op.CONST, (), Type(NUM), 2.0)])
-    cmp = st.builds(lambda op, a, b: Node(Op.CMP, (a, b), Type(BOOL, ROLLOUT), op),
+    bools = st.sampled_from([LEAVES["flag"], LEAVES["odd"], Node(Op.CONST, (), Type(TypeKind.BOOL), 1.0),
+                             Node(Op.CONST, (), Type(TypeKind.BOOL), 0.0)])
+    nums = st.sampled_from([LEAVES["x"], LEAVES["y"], Node(Op.CONST, (), Type(TypeKind.NUM), 2.0)])
+    cmp = st.builds(lambda op, a, b: Node(Op.CMP, (a, b), Type(TypeKind.BOOL, ROLLOUT), op),
                     st.sampled_from(["==", "!=", "<", "<=", ">", ">="]), nums, nums)
     return st.recursive(st.one_of(bools, cmp), lambda kids: st.one_of(
-        st.builds(lambda a: Node(Op.NOT, (a,), Type(BOOL, ROLLOUT)), kids),
-        st.builds(lambda op, a, b: Node(op, (a, b), Type(BOOL, ROLLOUT)), st.sampled_from([Op.AND, Op.OR]), kids, kids),
+        st.builds(lambda a: Node(Op.NOT, (a,), Type(TypeKind.BOOL, ROLLOUT)), kids),
+        st.builds(lambda op, a, b: Node(op, (a, b), Type(TypeKind.BOOL, ROLLOUT)), st.sampled_from([Op.AND, Op.OR]),
+                  kids, kids),
     ), max_leaves=12)
 
 
@@ -83,9 +83,9 @@ def test_native_conditions_match_the_three_valued_helpers(tree, flag, odd, x, y)
 def test_clean_booleans_are_written_natively_and_others_through_the_helpers():
     low = Lowering()
     flag, odd, x = LEAVES["flag"], LEAVES["odd"], LEAVES["x"]
-    both = Node(Op.AND, (flag, Node(Op.CMP, (x, Node(Op.CONST, (), Type(NUM), 2.0)), Type(BOOL, ROLLOUT), ">")),
-                Type(BOOL, ROLLOUT))
+    x_over_2 = Node(Op.CMP, (x, Node(Op.CONST, (), Type(TypeKind.NUM), 2.0)), Type(TypeKind.BOOL, ROLLOUT), ">")
+    both = Node(Op.AND, (flag, x_over_2), Type(TypeKind.BOOL, ROLLOUT))
     assert low.truth(both, "rollout", Scope()) == "((in_flag[i] == 1.0) and (in_x[i] > 2.0))"
-    assert "k_and" in low.truth(Node(Op.AND, (flag, odd), Type(BOOL, ROLLOUT)), "rollout", Scope())
-    assert low.truth(Node(Op.AND, (flag, odd), Type(BOOL, ROLLOUT)), "rollout", Scope(), want=False) == \
+    assert "k_and" in low.truth(Node(Op.AND, (flag, odd), Type(TypeKind.BOOL, ROLLOUT)), "rollout", Scope())
+    assert low.truth(Node(Op.AND, (flag, odd), Type(TypeKind.BOOL, ROLLOUT)), "rollout", Scope(), want=False) == \
         "((in_flag[i] == 0.0) or (m_odd[g] == 0.0))"

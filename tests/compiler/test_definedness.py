@@ -239,29 +239,29 @@ def test_values_the_analysis_calls_defined_are_never_missing(key, sizes, seed, p
 def _definedness_trees():
     """Random expressions over an input (never missing), metadata (maybe missing) and literals,
     with the arithmetic, logic, conditionals, fallbacks and `missing` the analysis reasons about."""
-    from shapec.checker.shared import BOOL, NUM
-    from shapec.ir.nodes import ROLLOUT, Node, Type
+    from shapec.ir.nodes import ROLLOUT, Node, Type, TypeKind
 
     from .test_conditions import LEAVES
 
-    nums = st.sampled_from([LEAVES["x"], LEAVES["y"], Node(Op.CONST, (), Type(NUM), 2.0),
-                            Node(Op.CONST, (), Type(NUM), -0.0)])
-    bools = st.sampled_from([LEAVES["flag"], Node(Op.CONST, (), Type(BOOL), 1.0)])
+    nums = st.sampled_from([LEAVES["x"], LEAVES["y"], Node(Op.CONST, (), Type(TypeKind.NUM), 2.0),
+                            Node(Op.CONST, (), Type(TypeKind.NUM), -0.0)])
+    bools = st.sampled_from([LEAVES["flag"], Node(Op.CONST, (), Type(TypeKind.BOOL), 1.0)])
 
     def num_tree(kids):
         return st.one_of(
-            st.builds(lambda op, a, b: Node(Op.BIN, (a, b), Type(NUM, ROLLOUT), op),
+            st.builds(lambda op, a, b: Node(Op.BIN, (a, b), Type(TypeKind.NUM, ROLLOUT), op),
                       st.sampled_from("+-*/"), kids, kids),
-            st.builds(lambda a, b: Node(Op.FALLBACK, (a, b), Type(NUM, ROLLOUT)), kids, kids),
-            st.builds(lambda c, a, b: Node(Op.COND, (c, a, b), Type(NUM, ROLLOUT)), bools, kids, kids),
-            st.builds(lambda fn, a: Node(Op.CALL, (a,), Type(NUM, ROLLOUT), fn), st.sampled_from(["abs", "exp"]), kids))
+            st.builds(lambda a, b: Node(Op.FALLBACK, (a, b), Type(TypeKind.NUM, ROLLOUT)), kids, kids),
+            st.builds(lambda c, a, b: Node(Op.COND, (c, a, b), Type(TypeKind.NUM, ROLLOUT)), bools, kids, kids),
+            st.builds(lambda fn, a: Node(Op.CALL, (a,), Type(TypeKind.NUM, ROLLOUT), fn), st.sampled_from(["abs", "exp"]),
+                      kids))
 
     values = st.recursive(nums, num_tree, max_leaves=6)
-    cmp = st.builds(lambda op, a, b: Node(Op.CMP, (a, b), Type(BOOL, ROLLOUT), op),
+    cmp = st.builds(lambda op, a, b: Node(Op.CMP, (a, b), Type(TypeKind.BOOL, ROLLOUT), op),
                     st.sampled_from(["==", "!=", "<", ">="]), values, values)
     logic = st.recursive(st.one_of(bools, cmp, st.builds(
-        lambda a: Node(Op.CALL, (a,), Type(BOOL, ROLLOUT), "missing"), values)), lambda kids: st.builds(
-        lambda op, a, b: Node(op, (a, b), Type(BOOL, ROLLOUT)), st.sampled_from([Op.AND, Op.OR]), kids, kids),
+        lambda a: Node(Op.CALL, (a,), Type(TypeKind.BOOL, ROLLOUT), "missing"), values)), lambda kids: st.builds(
+        lambda op, a, b: Node(op, (a, b), Type(TypeKind.BOOL, ROLLOUT)), st.sampled_from([Op.AND, Op.OR]), kids, kids),
         max_leaves=6)
     return st.one_of(values, logic)
 

@@ -20,7 +20,7 @@ condition deeper than MAX_HEIGHT (so a long mixed chain still spills into tempor
 
 from __future__ import annotations
 
-from ...ir.nodes import Node, Op, StepKind
+from ...ir.nodes import Node, Op, StepKind, TypeKind
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
@@ -134,7 +134,7 @@ class Conditions:
             return node.attr in ("missing", "present")
         if op in (Op.REDUCE, Op.BREDUCE):  # any and all give 0 or 1 (or NaN where a selection is unusable)
             return (node.attr[0] if op is Op.REDUCE else node.attr) in ("any", "all")
-        if op is Op.REF and node.ty.kind == "bool":
+        if op is Op.REF and node.ty.kind is TypeKind.BOOL:
             ns, name = node.attr
             if ns in ("input", "param"):  # inputs arrive as 0/1, bool params as 0/1 or NaN (absent)
                 return True

@@ -6,7 +6,7 @@ before the first line that reads them), so no generated line reaches Python's pa
 
 from __future__ import annotations
 
-from ...ir.nodes import Node, Op
+from ...ir.nodes import Node, Op, TypeKind
 from ...ir.nodes import post_order
 from .emitter import Scope, lit
 from .names import ShapecInternalError
@@ -27,7 +27,7 @@ def _operands(node: Node) -> list[Node]:
     """The children an expression's code is made of (reductions and bands are names in scope)."""
     if node.op in (Op.REDUCE, Op.BREDUCE, Op.BANDFIELD):
         return []
-    return [x for x in node.args if x.ty.kind != "band"]
+    return [x for x in node.args if x.ty.kind is not TypeKind.BAND]
 
 
 def _spills(root: Node) -> list[Node]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-from ...ir.nodes import Node, Op
+from ...ir.nodes import Node, Op, TypeKind
 from .emitter import Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import ShapecInternalError
@@ -91,7 +91,7 @@ class Hoisting:
                 self.hoist_to_batch(n, scope)
             elif n.op is Op.BREDUCE:
                 self.emit_breduce(n, scope)
-            elif n.ty.kind == "band" and n.op in (Op.BANDREF, Op.BANDLIT, Op.BANDFALLBACK, Op.BANDCOND):
+            elif n.ty.kind is TypeKind.BAND and n.op in (Op.BANDREF, Op.BANDLIT, Op.BANDFALLBACK, Op.BANDCOND):
                 self.emit_band(n, scope, level)
 
     def hoist_to_batch(self, node: Node, scope: Scope) -> None:

@@ -4,7 +4,7 @@ the order runtime/interp.py runs them."""
 
 from __future__ import annotations
 
-from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step, StepKind
+from ...ir.nodes import CONST, GROUP, Node, Op, PARAM, Step, StepKind, TypeKind
 from ...ir.nodes import walk
 from .conditions import always, conjuncts, never
 from .emitter import Scope
@@ -112,7 +112,7 @@ class Statements:
         skip_index leaves out the test of an `on` index (`term_at_one_rollout` writes it there)."""
         parts = []
         if step.on is not None and not (skip_index and self.at_one_rollout(step)):
-            parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind == "index"
+            parts.append(f"float(i - s) == {self.ex(step.on, 'rollout', scope)}" if step.on.ty.kind is TypeKind.INDEX
                          else self.truth(step.on, "rollout", scope))
         if step.when is not None:
             parts += [self.truth(c, "rollout", scope) for c in conjuncts(step.when)
@@ -242,7 +242,7 @@ class Statements:
     def single_pass(self, node: Node) -> bool:
         """A reduction written as one running pass that hoists nothing else (no reduction or band under it)."""
         return (node.attr[0] not in ROLLOUT_VALUED and self.is_running(node)
-                and not any(n.op in (Op.REDUCE, Op.BREDUCE) or n.ty.kind == "band"
+                and not any(n.op in (Op.REDUCE, Op.BREDUCE) or n.ty.kind is TypeKind.BAND
                             for a in node.args for n in walk(a)))
 
     def group_conjuncts(self, when: Node | None) -> list[Node]:
@@ -288,7 +288,7 @@ class Statements:
 
     def at_one_rollout(self, step: Step) -> bool:
         """Whether the statement applies at most at one rollout of a group: `on` a group-level index."""
-        return step.on is not None and step.on.ty.kind == "index" and step.on.ty.level <= GROUP
+        return step.on is not None and step.on.ty.kind is TypeKind.INDEX and step.on.ty.level <= GROUP
 
     def term_at_one_rollout(self, step: Step, scope: Scope, k: int, value: str) -> None:
         """A term `on` an index (argmin, argmax): 0 everywhere, then its value at that one rollout."""
