@@ -1,6 +1,6 @@
-"""Contract facts the checker's interval analysis cannot see on its own.
-
-Three questions, each asked by a hook in ordering.py:
+"""What the checker knows of a shaper's values (ShaperFacts: definitions, intervals through the one
+interval analysis of ir/intervals.py, masks that imply a positive reward), and the contract facts
+intervals cannot see on their own. Three questions, asked by ordering.py:
 
 - `keeps_binary`: does a shaper that requires binary rewards also produce them? Intervals only say
   "within [0, 1]"; here values are tracked as finite sets, so a factor that is provably 0 or 1, or a
@@ -17,22 +17,106 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Protocol
-
-from .shared import memoised
-from ..ir.intervals import arith
+from .shared import INF, memoised
+from ..ir.intervals import arith, node_interval
 from ..ir.nodes import Node, Op, UNITS, StepKind, TypeKind
 
 
-class ShaperFacts(Protocol):
-    """What the contracts read of the shaper being checked (statements.ShaperChecker has it)."""
+class ShaperFacts:
+    """What is known of the values of the shaper being checked: each name's definition, each
+    expression's interval, which masks hold only for a positive reward. The checker's statements,
+    its order and contract checks (ordering.py) and the proofs below all ask it.
 
-    requires: str
-    _expanded: int  # expansions of let definitions so far in one proof (bounded by EXPANSION_LIMIT)
+    `env` and `params` are the checker's own, read as they grow: a statement is asked about only
+    names defined before it."""
 
-    def defn(self, node: Node) -> Node | None: ...
+    def __init__(self, env: dict, params: dict, requires: str):
+        self.env = env
+        self.params = params
+        self.requires = requires
+        self.reward_range = (0.0 if requires != "real" else -INF, 1.0 if requires in ("binary", "unit") else INF)
+        self.expanded = 0  # expansions of let definitions so far in one proof (bounded by EXPANSION_LIMIT)
 
-    def range(self, node: Node) -> tuple[float, float]: ...
+    def defn(self, node: Node) -> Node | None:
+        if node.op is Op.REF and node.attr[0] == "var":
+            b = self.env.get(node.attr[1])
+            return b.defn if b else None
+        return None
+
+    def implies_positive(self, node: Node) -> bool:
+        """True when a mask can only hold for rollouts whose reward is > 0."""
+        return memoised(self, "memo_implies_positive", node, lambda: self._implies_positive(node))
+
+    def _implies_positive(self, node: Node) -> bool:
+        d = self.defn(node)
+        if d is not None:
+            return self.implies_positive(d)
+        if node.op is Op.AND:
+            return any(self.implies_positive(a) for a in node.args)
+        if node.op is Op.CMP:
+            a, b = node.args
+            if a.op is Op.REF and a.attr == ("builtin", "reward") and b.op is Op.CONST:
+                return (node.attr in ("==", ">=") and b.attr > 0) or (node.attr == ">" and b.attr >= 0)
+        return False
+
+    def unbounded_hint(self, node: Node) -> str:
+        """Names the value that makes a factor's interval unbounded: from the factor down through its lets,
+        into an unbounded operand built from others while there is one, so `length / target` is named
+        rather than a param whose declared range is fine; a param when it declares no range at all or is
+        the only unbounded leaf."""
+        n = node
+        while True:
+            d = self.defn(n)
+            if d is not None:
+                n = d
+                continue
+            kids = [a for a in n.args if a.ty.kind is not TypeKind.BAND and not all(map(math.isfinite, self.range(a)))]
+            inner = [a for a in kids if a.op is not Op.REF or self.defn(a) is not None]
+            if not inner:
+                break
+            n = inner[0]
+        lo, hi = self.range(n)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return ""
+        leaves = [n] if n.op is Op.REF else kids
+        params = [self.params[a.attr[1]] for a in leaves if a.op is Op.REF and a.attr[0] == "param"]
+        rangeless = [sp for sp in params if sp.lo is None and sp.hi is None]
+        if rangeless:
+            return f"; param {rangeless[0].name!r} declares no range (e.g. `{rangeless[0].name}: float in [0, 1]`)"
+        if params and len(params) == len(leaves):
+            return f"; param {params[0].name!r} declares no {'upper' if params[0].hi is None else 'lower'} bound"
+        text = n.span.source.text[n.span.start:n.span.end] if n.span.source is not None else ""
+        return f"; `{text}` may range over [{lo:g}, {hi:g}]" if text else ""
+
+    def range(self, node: Node) -> tuple[float, float]:
+        """Interval bounds of a numeric expression (conservative), once per node (shared.memoised)."""
+        return memoised(self, "memo_range", node, lambda: self._range(node))
+
+    def _range(self, node: Node) -> tuple[float, float]:
+        """The one interval analysis (ir/intervals.py) over this shaper: references are bounded by the
+        params' declared ranges, the reward contract, the inputs' units and the lets' definitions,
+        and a product or quotient of related values by the contracts' ratio bounds."""
+        if node.op is Op.REF:
+            ns, name = node.attr
+            if node.ty.kind is TypeKind.BOOL:
+                return 0.0, 1.0
+            if ns == "param":
+                sp = self.params[name]
+                return sp.interval()
+            if ns == "builtin" and name == "reward":
+                return self.reward_range
+            if ns == "input" and node.ty.unit in UNITS:
+                return 0.0, INF  # lengths are validated >= 0 when a batch is read
+            d = self.defn(node)
+            return self.range(d) if d is not None else (-INF, INF)
+        out = node_interval(node, [self.range(a) if a.ty.kind is not TypeKind.BAND else (-INF, INF) for a in node.args])
+        if node.ty.kind is TypeKind.BOOL:
+            out = (max(out[0], 0.0), min(out[1], 1.0))
+        if node.op is Op.BIN:
+            related = ratio_bounds(self, node)
+            if related is not None:  # both bound the value: keep the tighter of each end
+                out = (max(out[0], related[0]), min(out[1], related[1]))
+        return out
 
 
 BINARY = frozenset({0.0, 1.0})
@@ -117,8 +201,8 @@ def _canon(ck: ShaperFacts, node: Node) -> Node:
     """node with `let`/`channel` names replaced by their definitions and `float(...)` dropped.
 
     The prover's walks expand names, so each visit is counted (see ratio_bounds)."""
-    ck._expanded += 1
-    if ck._expanded > EXPANSION_LIMIT:
+    ck.expanded += 1
+    if ck.expanded > EXPANSION_LIMIT:
         raise _TooLarge
     while True:
         node = _strip_float(node)
@@ -261,7 +345,7 @@ def ratio_bounds(ck: ShaperFacts, node: Node) -> tuple[float, float] | None:
     """
     if node.op is not Op.BIN or node.attr not in ("*", "/"):
         return None
-    ck._expanded = 0
+    ck.expanded = 0
     try:
         num: list = []
         den: list = []

@@ -1,8 +1,10 @@
 """AST -> typed IR, the module-level driver. Collects every error in one pass; a poison type stops cascades.
 
-The passes over a shaper body live one per module: scopes.py (names and scopes), types.py (types,
-units and levels), ordering.py (contracts and ordering), statements.py (the body walk that combines
-them); the property analysis of `ensure` clauses is shapec/analysis/.
+A shaper body is checked in one walk (statements.py) that resolves names (scopes.py) and types
+each expression (types.py, units and levels) as it goes; what is known of the values, intervals
+and definitions, is contracts.ShaperFacts, which the walk asks about factors and which the order
+and contract checks that follow it (ordering.py) read. The property analysis of `ensure` clauses
+is shapec/analysis/.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from ..syntax import ast as A
 from ..syntax.source import Span
-from .shared import BAD, INF, Binding, finite_const, memoised, suggest
+from .shared import BAD, Binding, finite_const, memoised, suggest
 from ..ir.nodes import BATCH, GROUP, MAX_EXACT_INT, MetaSpec, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, Type, UNITS
 from ..ir.nodes import TypeKind
 
@@ -23,10 +23,7 @@ class TooManyCopies(Exception):
 class ScopesPass:
     """The declarations and name resolution of ShaperChecker."""
 
-    def builtins(self, requires: str):
-        lo = 0.0 if requires != "real" else -INF
-        hi = 1.0 if requires in ("binary", "unit") else INF
-        self.reward_range = (lo, hi)
+    def builtins(self):
         for name, ty in (
             ("reward", Type(TypeKind.NUM, ROLLOUT)),
             ("env_reward", Type(TypeKind.NUM, ROLLOUT)),

@@ -8,7 +8,8 @@ from ..syntax import ast as A
 from .shared import BAD, Binding, finite_const
 from ..ir.nodes import BATCH, GROUP, Node, Op, PARAM, POISON, ParamSpec, ROLLOUT, ShaperIR, Step, Type, StepKind
 from ..ir.nodes import TypeKind
-from .ordering import CONTRACTS, OrderingPass
+from .contracts import ShaperFacts
+from .ordering import CONTRACTS, check_order, shaper_contract
 from .scopes import ScopesPass
 from .types import TypesPass
 
@@ -35,7 +36,7 @@ def batch_hint(ty: Type) -> str:
     return ""
 
 
-class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
+class ShaperChecker(ScopesPass, TypesPass):
     """Checks one shaper body in source order."""
 
     def __init__(self, parent, shaper: A.Shaper, source: str, filename: str):
@@ -68,7 +69,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
         self.requires = requires
         for prm in s.params:
             self.param(prm)
-        self.builtins(requires)
+        self.builtins()
+        self.facts = ShaperFacts(self.env, self.params, requires)
         inputs, metas, channels, batch_steps, steps, skips, metrics = [], [], [], [], [], [], []
         gate_reasons: dict[str, tuple[str, ...]] = {}
         terms, factors, states = [], [], []
@@ -167,9 +169,9 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
                     node, on_n, when_n = self.applied(e, on, when, "factor")
                     order.append(("factor", st.span))
                     if node.ty is not POISON:
-                        lo, hi = self.range(node)
+                        lo, hi = self.facts.range(node)
                         if lo < 0 or hi > 1:
-                            hint = self.unbounded_hint(node)
+                            hint = self.facts.unbounded_hint(node)
                             self.error("E503", f"factor {name!r} is not provably within [0, 1] "
                                        f"(it may range over [{lo:g}, {hi:g}]); use a band, a clip "
                                        f"or a power with a non-positive exponent of a value >= 1{hint}", e.span)
@@ -240,8 +242,8 @@ class ShaperChecker(ScopesPass, TypesPass, OrderingPass):
         from .ensure import check_ensure
 
         ensures = tuple(e for e in (check_ensure(self, st) for st in pending) if e is not None)
-        self.check_order(order)
-        produces = self.contracts(requires, produces, steps, factors, result, s)
+        check_order(order, self.error)
+        produces = shaper_contract(self.facts, self.error, requires, produces, steps, factors, result, s)
         if len(self.p.diags) > before:
             return None
         config_skips = [k for k in skips if k.expr.ty.level <= PARAM]

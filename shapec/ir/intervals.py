@@ -8,7 +8,7 @@ are intervals inside [0, 1]: (1, 1) is "true or missing", (0, 0) "false or missi
 
 `node_interval(node, args)` is the rule of every op but a reference, whose bounds only the asker
 knows (a param's declared range, a let's definition, what a guard implies); the checker's range
-analysis (checker/ordering.py) and the prover's static pass (analysis/static.py) both walk the IR
+analysis (checker/contracts.py, ShaperFacts) and the prover's static pass (analysis/static.py) both walk the IR
 with it.
 """
 
