@@ -5,10 +5,10 @@
     python benchmarks/bench_compile.py --modules nemo_rl:nemo_rl_length   # one pipeline, as `shapec run` loads it
 
 For `nemo_rl` first, then every other stdlib module, each run is a fresh
-`python -c "import shapec; m = shapec.load(NAME); [m[n].prepare() for n in NAMES]"` over every
-shaper and pipeline of the module, so that each one's kernels are compiled as its first call with
-the default params would compile them (kernels are compiled on first use, for what the params
-turn off: compiler/specialize.py). Then `nemo_rl:length_penalty` again with one algorithm on
+`python -c "import shapec; m = shapec.load(NAME); m[n].prepare(PARAMS) ..."` over every shaper
+and pipeline of the module, so that each one's kernels are compiled as its first call with the
+default params would compile them (kernels are compiled on first use, for what the params turn
+off: compiler/specialize.py); a param with no default (gfpo's k) at the least its range allows. Then `nemo_rl:length_penalty` again with one algorithm on
 (`longest_total_penalty = 0.2`) and with all eight on (bench_limit's ALL_ON, the hand kernel's work):
 
 - cold: an empty SHAPEC_CACHE_DIR (a new temporary folder per run): lowering, numba's compile,
@@ -16,8 +16,8 @@ turn off: compiler/specialize.py). Then `nemo_rl:length_penalty` again with one 
 - warm: the same command again on the folder its cold run filled (median of --warm-runs).
 
 `--together` instead times one process compiling every shaper and pipeline of every stdlib module
-for its default params, in an empty cache folder (TOGETHER: it uses only `shapec.load`, `names`,
-`stages` and `prepare`, so it runs unchanged on earlier shapecs too, for a comparison).
+for its first call's params, in an empty cache folder (together_code: the child uses only
+`shapec.load` and `prepare`, so it runs unchanged on earlier shapecs too, for a comparison).
 
 Then the counter-example for the compile target: the hand-written numba kernel of bench_limit
 (benchmarks/hand_nemo_rl.py: the eight NeMo-RL algorithms, bit-identical to `length_penalty`)
@@ -88,12 +88,36 @@ def run(code: str, env: dict, cwd: Path = ROOT) -> Run:
     return Run(seconds, usage.ru_maxrss // 1024, text)
 
 
+def least_required(ir) -> dict:
+    """The params a shaper requires (no default), each at the least its declared range allows, so
+    that the load is the first call of a config that sets only what it must (gfpo's k: 1)."""
+    values = {}
+    for p in ir.params:
+        if p.required:
+            if p.kind not in ("int", "float") or p.lo is None:
+                raise SystemExit(f"bench_compile: no least value for the required param {p.name!r} of {ir.name!r}")
+            values[p.name] = int(p.lo) + p.lo_strict if p.kind == "int" else p.lo
+    return values
+
+
+def prepare_args(module: str, names: tuple[str, ...], params: dict | None = None) -> dict:
+    """name -> what its first call passes: `params` (default: none, the defaults) on every stage,
+    over the params a stage requires at their least."""
+    m = shapec.load(module, backend="interpreter")
+    args = {}
+    for n in names:
+        s = m[n]
+        given = {st.name: {**least_required(st), **(params or {})} for st, _ in s.stages}
+        args[n] = given if s.is_pipeline else given[s.stages[0][0].name]
+    return args
+
+
 def load_code(module: str, names: tuple[str, ...], params: dict | None = None) -> str:
-    """Load the module and compile each name's kernels for `params` (its defaults: {}), as its
-    first call would: kernels are compiled on first use, for what the params turn off."""
-    return (f"import shapec; m = shapec.load({module!r}); P = {params or {}!r}\n"
-            f"for n in {names!r}:\n"
-            f"    s = m[n]; s.prepare({{st.name: P for st, _ in s.stages}} if s.is_pipeline else P)")
+    """Load the module and compile each name's kernels for its first call's params (prepare_args):
+    kernels are compiled on first use, for what the params turn off."""
+    return (f"import shapec; m = shapec.load({module!r})\n"
+            f"for n, a in {prepare_args(module, names, params)!r}.items():\n"
+            f"    m[n].prepare(a)")
 
 
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -165,15 +189,13 @@ def path_independence() -> tuple[float, float, list[str]]:
         return relative.seconds, absolute.seconds, problems
 
 
-TOGETHER = """
-import shapec
-from pathlib import Path
-for path in sorted((Path(shapec.__file__).parent / "stdlib").glob("*.shape")):
-    m = shapec.load(path.stem)
-    for n in m.names():
-        s = m[n]
-        s.prepare({st.name: {} for st, _ in s.stages} if s.is_pipeline else {})
-"""
+def together_code() -> str:
+    """One process loading every stdlib module and compiling each name for its first call; it uses
+    only `shapec.load` and `prepare`, so it runs unchanged on earlier shapecs too."""
+    modules = sorted(p.stem for p in STDLIB.glob("*.shape"))
+    calls = {m: prepare_args(m, shapec.load(m, backend="interpreter").names()) for m in modules}
+    return (f"import shapec\nfor module, args in {calls!r}.items():\n    m = shapec.load(module)\n"
+            f"    for n, a in args.items():\n        m[n].prepare(a)\n")
 
 
 HAND_CODE = """
@@ -236,9 +258,10 @@ def main() -> None:
     if args.together:
         LOADS.clear()
         times = []
+        code = together_code()
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory(prefix="bench-compile-together-") as tmp:
-                times.append(run(TOGETHER, child_env(Path(tmp))).seconds)
+                times.append(run(code, child_env(Path(tmp))).seconds)
         print(f"every stdlib module compiled cold in one process: {seconds(times)} s "
               f"(load {min(LOADS):.2f}-{max(LOADS):.2f})")
         return
