@@ -137,9 +137,7 @@ def _arguments_hold(stage: ShaperIR, args: dict) -> Node | None:
             continue
         value = args[spec.name]
         number = float(spec.members.index(value)) if spec.kind == "enum" else float(value)
-        kind = {"enum": TypeKind.ENUM, "bool": TypeKind.BOOL}.get(spec.kind, TypeKind.NUM)
-        ref = Node(Op.REF, (), Type(kind, PARAM, members=spec.members),
-                   ("param", spec.name))
+        ref = Node(Op.REF, (), Type(spec.type_kind, PARAM, members=spec.members), ("param", spec.name))
         test = Node(Op.CMP, (ref, Node(Op.CONST, (), Type(TypeKind.NUM), number)), Type(TypeKind.BOOL, PARAM), "==")
         out = test if out is None else _and(out, test)
     return out

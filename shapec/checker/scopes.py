@@ -78,14 +78,11 @@ class ScopesPass:
             self.error("E202", f"param {prm.name!r} is already defined", prm.span)
             return
         self.params[prm.name] = spec
-        if kind == "band":
-            ty = Type(TypeKind.BAND, PARAM, maybe_missing=t.optional)
-            node = Node(Op.BANDREF, (), ty, ("param", prm.name), prm.span)
-        elif kind == "enum":
-            node = Node(Op.REF, (), Type(TypeKind.ENUM, PARAM, members=t.members), ("param", prm.name), prm.span)
+        if kind == "enum":
+            ty = Type(spec.type_kind, PARAM, members=t.members)
         else:
-            ty = Type(TypeKind.BOOL if kind == "bool" else TypeKind.NUM, PARAM, unit, maybe_missing=t.optional)
-            node = Node(Op.REF, (), ty, ("param", prm.name), prm.span)
+            ty = Type(spec.type_kind, PARAM, unit, maybe_missing=t.optional)
+        node = Node(Op.BANDREF if kind == "band" else Op.REF, (), ty, ("param", prm.name), prm.span)
         self.env[prm.name] = Binding(node, "param")
 
     def bounds(self, name: str, kind: str, c: A.Constraint | None) -> tuple:

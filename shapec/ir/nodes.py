@@ -147,6 +147,11 @@ class ParamSpec:
     hi_strict: bool = False
     members: tuple[str, ...] = ()
 
+    @property
+    def type_kind(self) -> TypeKind:
+        """The element kind the param's value has in an expression (a unit param is a number)."""
+        return {"band": TypeKind.BAND, "enum": TypeKind.ENUM, "bool": TypeKind.BOOL}.get(self.kind, TypeKind.NUM)
+
     def interval(self) -> tuple[float, float]:
         """The declared range as a closed interval: a strict bound moves to the next float inside, so
         `target: tokens > 0` is never 0 to a division."""
