@@ -100,24 +100,22 @@ def least_required(ir) -> dict:
     return values
 
 
-def prepare_args(module: str, names: tuple[str, ...], params: dict | None = None) -> dict:
+def prepare_args(module: str, names: tuple[str, ...] = (), params: dict | None = None) -> dict:
     """name -> what its first call passes: `params` (default: none, the defaults) on every stage,
-    over the params a stage requires at their least."""
+    over the params a stage requires at their least; for `names`, or every name of the module."""
     m = shapec.load(module, backend="interpreter")
     args = {}
-    for n in names:
+    for n in names or m.names():
         s = m[n]
         given = {st.name: {**least_required(st), **(params or {})} for st, _ in s.stages}
         args[n] = given if s.is_pipeline else given[s.stages[0][0].name]
     return args
 
 
-def load_code(module: str, names: tuple[str, ...], params: dict | None = None) -> str:
+def load_code(args: dict, module: str) -> str:
     """Load the module and compile each name's kernels for its first call's params (prepare_args):
     kernels are compiled on first use, for what the params turn off."""
-    return (f"import shapec; m = shapec.load({module!r})\n"
-            f"for n, a in {prepare_args(module, names, params)!r}.items():\n"
-            f"    m[n].prepare(a)")
+    return f"import shapec; m = shapec.load({module!r})\nfor n, a in {args!r}.items():\n    m[n].prepare(a)"
 
 
 def listing(folder: Path) -> dict[str, tuple[int, int]]:
@@ -154,8 +152,8 @@ def measure(target: str, repeat: int, warm_runs: int, params: dict | None = None
     some of its shapers (`module:name,name`), compiled for `params` (default: the defaults)."""
     LOADS.clear()
     module, _, only = target.partition(":")
-    names = tuple(only.split(",")) if only else shapec.load(module, backend="interpreter").names()
-    code = load_code(module, names, params)
+    args = prepare_args(module, tuple(only.split(",")) if only else (), params)
+    code = load_code(args, module)
     cold: list[float] = []
     for i in range(repeat):
         with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
@@ -166,7 +164,7 @@ def measure(target: str, repeat: int, warm_runs: int, params: dict | None = None
                 continue
             counts = generated_lines(Path(tmp))
             warms = [run(code, env) for _ in range(warm_runs)]
-    return Row(target + label, len(names), *counts, cold, statistics.median(w.seconds for w in warms),
+    return Row(target + label, len(args), *counts, cold, statistics.median(w.seconds for w in warms),
                (first.rss_mib, max(w.rss_mib for w in warms)), (min(LOADS), max(LOADS)))
 
 
@@ -193,7 +191,7 @@ def together_code() -> str:
     """One process loading every stdlib module and compiling each name for its first call; it uses
     only `shapec.load` and `prepare`, so it runs unchanged on earlier shapecs too."""
     modules = sorted(p.stem for p in STDLIB.glob("*.shape"))
-    calls = {m: prepare_args(m, shapec.load(m, backend="interpreter").names()) for m in modules}
+    calls = {m: prepare_args(m) for m in modules}
     return (f"import shapec\nfor module, args in {calls!r}.items():\n    m = shapec.load(module)\n"
             f"    for n, a in args.items():\n        m[n].prepare(a)\n")
 
