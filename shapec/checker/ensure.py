@@ -43,14 +43,14 @@ def check_ensure(sc, st: A.Ensure) -> Ensure | None:
         form = shapes.get(st.prop, st.prop)
         sc.error("E702", f"write this clause as `ensure {form}`", st.span)
         return None
-    over = st.over or sc.requires
+    over = st.over or sc.facts.requires
     if over not in DOMAINS:
         close = difflib.get_close_matches(over, DOMAINS, n=1)
         sc.error("E702", f"unknown reward domain {over!r}; expected one of {', '.join(DOMAINS)}"
                  + (f" (did you mean {close[0]!r}?)" if close else ""), st.span)
         return None
-    if DOMAINS.index(over) > DOMAINS.index(sc.requires):
-        sc.error("E702", f"`over {over}` is wider than the shaper's `requires {sc.requires}`", st.span)
+    if DOMAINS.index(over) > DOMAINS.index(sc.facts.requires):
+        sc.error("E702", f"`over {over}` is wider than the shaper's `requires {sc.facts.requires}`", st.span)
     lo = hi = None
     if wants_range:
         lo, hi = (_const(sc.expr(e)) for e in (st.lo, st.hi))

@@ -66,7 +66,6 @@ class ShaperChecker(ScopesPass, TypesPass):
                 requires = c.value
             else:
                 produces = c.value
-        self.requires = requires
         for prm in s.params:
             self.param(prm)
         self.builtins()
