@@ -6,9 +6,6 @@ that fused more would write it, one finding per rewrite, checks that each rewrit
 original's outputs bit for bit on a heavy batch (breakdown included), and times the rewrites
 interleaved with the original and the hand kernel (kernels alone, breakdown off):
 
-  block     the top scorers, the three long lets and the selections of terms 0-5 in one pass
-            (13 rollout passes today, each in its own `if` of the same group condition, which
-            loop fusion does not look into)
   tail      the clamp and the three band factors in one pass (4 passes, one `if` per factor)
   grouprel  group-relative scaling: the scaled values of all three channels and their means in
             one pass, the centring and the term in a second (4 passes and 3 more stored rows)
@@ -16,7 +13,10 @@ interleaved with the original and the hand kernel (kernels alone, breakdown off)
             passes today, a batch-sized flag array filled per call, the same selection copied
             twice, for std and for mean, and summed twice)
   blockadj  block_adjustment summed in term 10's own loop instead of a row of its own
-  all       all five
+  all       all four
+
+(The top scorers, the three long lets and the selections of terms 0-5 in one pass was a fifth,
+`block`, until the lowering did it: the scheduler merges the `if`s of one gate, docs/lowering.md.)
 
 Each rewrite matches the text today's lowering writes; one that no longer matches (the lowering
 changed) is reported and left out.
@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import tempfile
+import textwrap
 
 import numpy as np
 
@@ -49,117 +50,6 @@ def cut(text: str, start: str, end: str, new: str) -> str:
     b = text.index(end, a)
     return text[:a] + new + text[b:]
 
-
-BLOCK = '''        # the block, fused: top scorers, the long lets and the selections of terms 0-5 in one pass
-        if ((v3_block == 1.0)):
-            ksel3 = 0
-            isel1 = 0
-            r6 = nan
-            ksel4 = 0
-            isel2 = 0
-            r8 = nan
-            ksel5 = 0
-            isel3 = 0
-            r10 = nan
-            r12 = 0.0
-            ksel7 = 0
-            isel4 = 0
-            r14 = nan
-            r16 = 0.0
-            ksel9 = 0
-            isel5 = 0
-            r18 = nan
-            r20 = 0.0
-            ksel11 = 0
-            isel6 = 0
-            r22 = nan
-            for i in range(s, e):
-                ts = k_and(v2_right[i - s], k_cmp(5, rewards[i], v4_top))
-                v5_top_scorer[i - s] = ts
-                lr = k_and(ts, k_flag(in0_reasoning[i] > 0.0))
-                la = k_and(ts, k_flag(in1_answer[i] > 0.0))
-                lt = k_and(ts, k_flag(v0_total[i - s] > 0.0))
-                v6_long_reasoning[i - s] = lr
-                v7_long_answer[i - s] = la
-                v8_long_total[i - s] = lt
-                if ((v2_right[i - s] == 1.0) and (in0_reasoning[i] > 0.0)):
-                    sel3 = in0_reasoning[i]
-                    isel1 = np.int64(i - s) if ksel3 == 0 or sel3 < r6 else isel1
-                    r6 = sel3 if ksel3 == 0 or sel3 < r6 else r6
-                    ksel3 += 1
-                if ((v2_right[i - s] == 1.0) and (in1_answer[i] > 0.0)):
-                    sel4 = in1_answer[i]
-                    isel2 = np.int64(i - s) if ksel4 == 0 or sel4 < r8 else isel2
-                    r8 = sel4 if ksel4 == 0 or sel4 < r8 else r8
-                    ksel4 += 1
-                if ((v2_right[i - s] == 1.0) and (v0_total[i - s] > 0.0)):
-                    sel5 = v0_total[i - s]
-                    isel3 = np.int64(i - s) if ksel5 == 0 or sel5 < r10 else isel3
-                    r10 = sel5 if ksel5 == 0 or sel5 < r10 else r10
-                    ksel5 += 1
-                r12 = r12 + 1.0 if lr == 1.0 else r12
-                if (lr == 1.0):
-                    sel7 = in0_reasoning[i]
-                    isel4 = np.int64(i - s) if ksel7 == 0 or sel7 > r14 else isel4
-                    r14 = sel7 if ksel7 == 0 or sel7 > r14 else r14
-                    ksel7 += 1
-                r16 = r16 + 1.0 if la == 1.0 else r16
-                if (la == 1.0):
-                    sel9 = in1_answer[i]
-                    isel5 = np.int64(i - s) if ksel9 == 0 or sel9 > r18 else isel5
-                    r18 = sel9 if ksel9 == 0 or sel9 > r18 else r18
-                    ksel9 += 1
-                r20 = r20 + 1.0 if lt == 1.0 else r20
-                if (lt == 1.0):
-                    sel11 = v0_total[i - s]
-                    isel6 = np.int64(i - s) if ksel11 == 0 or sel11 > r22 else isel6
-                    r22 = sel11 if ksel11 == 0 or sel11 > r22 else r22
-                    ksel11 += 1
-                tv0[i - s] = 0.0
-                tv1[i - s] = 0.0
-                tv2[i - s] = 0.0
-                tv3[i - s] = 0.0
-                tv4[i - s] = 0.0
-                tv5[i - s] = 0.0
-            at0 = k_at((nan if ksel3 == 0 else float(isel1)), e - s)
-            if at0 >= 0:
-                i = s + np.uint64(at0)
-                x = p1_reasoning_bonus
-                tv0[i - s] = x if (True) and ((rewards[i] >= v4_top)) and not isnan(x) else 0.0
-            at1 = k_at((nan if ksel4 == 0 else float(isel2)), e - s)
-            if at1 >= 0:
-                i = s + np.uint64(at1)
-                x = p2_answer_bonus
-                tv1[i - s] = x if (True) and ((rewards[i] >= v4_top)) and not isnan(x) else 0.0
-            at2 = k_at((nan if ksel5 == 0 else float(isel3)), e - s)
-            if at2 >= 0:
-                i = s + np.uint64(at2)
-                x = p3_total_bonus
-                tv2[i - s] = x if (True) and ((rewards[i] >= v4_top)) and not isnan(x) else 0.0
-            at3 = k_at((nan if ksel7 == 0 else float(isel4)), e - s)
-            if r12 >= 2.0 and at3 >= 0:
-                i = s + np.uint64(at3)
-                x = (-p4_longest_reasoning_penalt)
-                tv3[i - s] = x if (True) and not isnan(x) else 0.0
-            at4 = k_at((nan if ksel9 == 0 else float(isel5)), e - s)
-            if r16 >= 2.0 and at4 >= 0:
-                i = s + np.uint64(at4)
-                x = (-p5_longest_answer_penalty)
-                tv4[i - s] = x if (True) and not isnan(x) else 0.0
-            at5 = k_at((nan if ksel11 == 0 else float(isel6)), e - s)
-            if r20 >= 2.0 and at5 >= 0:
-                i = s + np.uint64(at5)
-                x = (-p6_longest_total_penalty)
-                tv5[i - s] = x if (True) and not isnan(x) else 0.0
-        else:
-            for i in range(s, e):
-                tv0[i - s] = 0.0
-                tv1[i - s] = 0.0
-                tv2[i - s] = 0.0
-                tv3[i - s] = 0.0
-                tv4[i - s] = 0.0
-                tv5[i - s] = 0.0
-'''
 
 TAIL = '''        # clamp and factors, fused
         pb = min(g, param_bands.shape[1] - 1)
@@ -280,19 +170,19 @@ def blockadj(t: str) -> str:
                      " + tv9[i - s]) >= 0.0))")
 
 
-def block(t: str) -> str:
-    return cut(t, "        # gate v5_top_scorer\n",
-               "        # gaterules v14_profile_gate\n        # selection sel12 for count (running)\n        r23 = r24",
-               BLOCK)
-
-
 def grouprel(t: str) -> str:
-    return cut(t, "            # selection sel14 for max/min (running)\n            lo_ = ",
-               "        else:\n            for i in range(s, e):\n                tv6[i - s] = 0.0", GREL)
+    """GREL in place of term 6's three channels, at whatever depth the term's block is written."""
+    found = re.search(r"\n( +)# selection sel14 for max/min \(running\)\n\1lo_ = ", t)
+    if found is None:
+        raise ValueError("term 6's selections not found")
+    pad = found.group(1)
+    new = textwrap.indent(GREL, " " * (len(pad) - 12))
+    return cut(t, f"{pad}# selection sel14 for max/min (running)\n{pad}lo_ = ",
+               f"{pad[:-4]}else:\n{pad}for i in range(s, e):\n{pad}    tv6[i - s] = 0.0", new)
 
 
-REWRITES = {"block": (block,), "tail": (tail,), "grouprel": (grouprel,), "profiled": (profiled,),
-            "blockadj": (blockadj,), "all": (blockadj, tail, profiled, block, grouprel)}
+REWRITES = {"tail": (tail,), "grouprel": (grouprel,), "profiled": (profiled,), "blockadj": (blockadj,),
+            "all": (blockadj, tail, profiled, grouprel)}
 
 
 def rewritten(src: str) -> dict[str, str]:

@@ -174,6 +174,53 @@ def test_branches_of_an_if_are_fused_on_their_own():
     assert loops(out) == 2
 
 
+def test_ifs_of_one_test_merge_and_their_loops_fuse():
+    out = fused("""
+        if gate == 1.0:
+            for i in range(s, e):
+                a[i - s] = x[i]
+        b0 = y[0]
+        if (gate == 1.0):
+            for i in range(s, e):
+                b[i - s] = a[i - s] + b0
+    """)
+    assert out.count("if gate == 1.0:") == 1
+    assert loops(out) == 1
+
+
+def test_else_blocks_of_merged_ifs_merge_too():
+    out = fused("""
+        if gate == 1.0:
+            for i in range(s, e):
+                a[i - s] = x[i]
+        else:
+            for i in range(s, e):
+                a[i - s] = 0.0
+        if gate == 1.0:
+            for i in range(s, e):
+                b[i - s] = x[i]
+        else:
+            for i in range(s, e):
+                b[i - s] = 0.0
+    """)
+    assert out.count("else:") == 1
+    assert loops(out) == 2
+
+
+def test_an_if_whose_block_changes_its_test_is_not_merged():
+    out = fused("""
+        if gate == 1.0:
+            for i in range(s, e):
+                a[i - s] = x[i]
+            gate = 0.0
+        if gate == 1.0:
+            for i in range(s, e):
+                b[i - s] = x[i]
+    """)
+    assert out.count("if gate == 1.0:") == 2
+    assert loops(out) == 2
+
+
 def test_comments_travel_with_their_statements():
     out = fused("""
         # term one
@@ -218,9 +265,13 @@ def _statements():
                   arr, inp, st.sampled_from(["k1", "k2"])),
         st.builds(lambda v, a, n, w: f"{v} = {a}[{n}] + {w}", scalar, arr, st.integers(0, W - 1).map(str), scalar),
         st.builds(lambda a, k: f"k_sort({a}, {k})", arr, st.sampled_from(["k1", "k2", "3"])),
-        st.builds(lambda v, d, a: f"if {v} > 0.0:\n    {LOOP.replace(chr(10), chr(10) + '    ')}"
+        st.builds(lambda v, d, a: f"if {v} > 0.0:\n    {LOOP}"
                                   f"        {d}[i - s] = {a}[i - s] - 1.0\n    q = 1.0\nelse:\n    q = 2.0",
                   scalar, arr, arr),
+        st.builds(lambda v, d, a: f"if {v} > 0.0:\n    {LOOP}        {d}[i - s] = {a}[i - s] * 2.0", scalar, arr, arr),
+        st.builds(lambda v, d: f"if {v} > 0.0:\n    {LOOP}        {d}[i - s] = 0.5\nelse:\n    {LOOP}"
+                               f"        {d}[i - s] = -0.5", scalar, arr),
+        st.builds(lambda v, w: f"if {v} > 0.0:\n    {w} = {w} - 0.75", scalar, scalar),
         own.map(lambda _: f"{LOOP}    C[i - s] = A[i - s] + B[i - s]"),
     )
 

@@ -30,6 +30,7 @@ class Statement:
     reads: set[str] = field(init=False, default_factory=set)
     writes: set[str] = field(init=False, default_factory=set)
     loop: str | None = field(init=False, default=None)  # "target in iter" for a fusable loop
+    branch: str | None = field(init=False, default=None)  # the test of an `if` (with no elif)
 
     def analyse(self, mutating: dict[str, tuple[int, ...]]) -> None:
         self.node = ast.parse(textwrap.dedent("\n".join(self.lines))).body[0]
@@ -39,6 +40,15 @@ class Statement:
                 and not any(isinstance(n, (ast.Break, ast.Continue, ast.For, ast.While)) for b in node.body
                             for n in ast.walk(b))):
             self.loop = f"{node.target.id} in {ast.unparse(node.iter)}"
+        pad = self.lines[0][:len(self.lines[0]) - len(self.lines[0].lstrip())]
+        if isinstance(node, ast.If) and not any(line.startswith(pad + "elif ") for line in self.lines):
+            self.branch = ast.unparse(node.test)
+
+    def blocks(self) -> tuple[list[str], list[str]]:
+        """The lines of an `if`'s block and of its else block (none without one)."""
+        pad = self.lines[0][:len(self.lines[0]) - len(self.lines[0].lstrip())]
+        cut = next((k for k, line in enumerate(self.lines) if line == pad + "else:"), len(self.lines))
+        return self.lines[1:cut], self.lines[cut + 1:]
 
 
 def _effects(node: ast.AST, mutating: dict[str, tuple[int, ...]]) -> tuple[set[str], set[str]]:
@@ -164,12 +174,23 @@ def fusable(first: list[Statement], then: Statement) -> bool:
     return True
 
 
-def schedule(stmts: list[Statement]) -> list[list[Statement]]:
-    """An order of the statements in runs: a run of several is one fused loop.
+def _joins(run: list[Statement], then: Statement) -> bool:
+    """Whether `then` may join the run: a loop over the same range that may run inside its
+    iterations (fusable), or an `if` of the same test that no member changes."""
+    if then.loop is not None:
+        return then.loop == run[0].loop and fusable(run, then)
+    if then.branch is None or then.branch != run[0].branch:
+        return False
+    test = {n.id for n in ast.walk(run[0].node.test) if isinstance(n, ast.Name)}
+    return not any(test & s.writes for s in (*run, then))
 
-    Statements that are not fusable loops go first as soon as their inputs are ready (they
-    are what the next loops wait for); then the first ready loop starts a run, which takes
-    every later ready loop over the same range that may join it.
+
+def schedule(stmts: list[Statement]) -> list[list[Statement]]:
+    """An order of the statements in runs: a run of several is one fused loop, or one `if`.
+
+    Statements that are neither fusable loops nor `if`s go first as soon as their inputs are
+    ready (they are what the next loops wait for); then the first ready statement starts a run,
+    which takes every later ready statement that may join it (_joins).
     """
     preds = {id(b): {id(a) for a in stmts[:k] if _conflict(a, b)} for k, b in enumerate(stmts)}
     done: set[int] = set()
@@ -180,7 +201,7 @@ def schedule(stmts: list[Statement]) -> list[list[Statement]]:
         return preds[id(s)] <= done | extra
 
     while remaining:
-        plain = next((s for s in remaining if s.loop is None and ready(s)), None)
+        plain = next((s for s in remaining if s.loop is None and s.branch is None and ready(s)), None)
         if plain is not None:
             runs.append([plain])
             remaining.remove(plain)
@@ -190,8 +211,7 @@ def schedule(stmts: list[Statement]) -> list[list[Statement]]:
         remaining.remove(run[0])
         members = {id(run[0])}
         while True:
-            nxt = next((s for s in remaining if s.loop == run[0].loop and ready(s, members) and fusable(run, s)),
-                       None)
+            nxt = next((s for s in remaining if ready(s, members) and _joins(run, s)), None)
             if nxt is None:
                 break
             run.append(nxt)
@@ -219,6 +239,10 @@ def fuse_block(lines: list[str], depth: int, mutating: dict[str, tuple[int, ...]
                 shown = run[0].section
             out += run[0].lines
             continue
+        shown = run[-1].section
+        if run[0].loop is None:
+            out += _fuse_branches(_merged_if(run, pad), depth, mutating)
+            continue
         out.append(run[0].lines[0])  # a fused loop: each member's comments go inside it
         inner: tuple[str, ...] = ()
         for s in run:
@@ -226,8 +250,19 @@ def fuse_block(lines: list[str], depth: int, mutating: dict[str, tuple[int, ...]
                 out += [pad + INDENT + c for c in s.section]
                 inner = s.section
             out += s.lines[1:]
-        shown = run[-1].section
     return out
+
+
+def _merged_if(run: list[Statement], pad: str) -> list[str]:
+    """The `if`s of one test as one: their blocks in order, then their else blocks in order,
+    each member's comments inside."""
+    then: list[str] = []
+    other: list[str] = []
+    for s in run:
+        body, orelse = s.blocks()
+        then += [pad + INDENT + c for c in s.section] + body
+        other += ([pad + INDENT + c for c in s.section] + orelse) if orelse else []
+    return [run[0].lines[0], *then, *([pad + "else:", *other] if other else [])]
 
 
 def _fuse_branches(lines: list[str], depth: int, mutating: dict[str, tuple[int, ...]]) -> list[str]:

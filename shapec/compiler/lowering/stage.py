@@ -1,6 +1,6 @@
 """StageLowering: one shaper (a pipeline stage) lowered to one kernel, assembled from one mixin
-per pass (arguments, expressions, conditions, definedness, hoisting, sinking, statements,
-groups), which share its state."""
+per pass (arguments, expressions, conditions, definedness, hoisting, sinking, guards,
+statements, groups), which share its state."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from .definedness import Definedness
 from ..arguments import Arg
 from .expressions import Expressions
 from .groups import Groups
+from .guards import Guards
 from .names import Namer
 from .reductions import Hoisting
 from .sinking import Sinking
 from .statements import Statements
 
 
-class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, Sinking, Statements, Groups):
+class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, Sinking, Guards, Statements,
+                    Groups):
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
     def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False, specialized: ShaperIR = None):
