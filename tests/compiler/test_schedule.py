@@ -243,6 +243,31 @@ def test_the_benchmark_spec_walks_each_group_in_two_fused_passes():
     assert loops(groups) == 7
 
 
+
+GATED = """
+shaper gated(bonus: float >= 0 = 0.1) requires binary produces real {
+  input reasoning: tokens
+  input answer: tokens
+  gate right = reward > 0
+  gate block = count(right) >= 2
+  term short_reasoning = bonus on argmin(reasoning where right) when block
+  term short_answer = bonus on argmin(answer where right) when block
+  term long_answer = -bonus on argmax(answer where right) when block and count(answer > 100) >= 2
+}
+"""
+
+
+def test_statements_under_one_gate_share_its_if_and_their_passes():
+    code = emit_python(compile_str(GATED, backend="interpreter").gated.ir)
+    groups = code.split("def groups_s0_gated(", 1)[1].split("\n\n\n", 1)[0]
+    gate = [line.strip() for line in groups.split("\n") if line.strip().startswith("if ") and "block" in line]
+    assert len(gate) == 1
+    # under the gate: one pass for the three terms' selections and the third's count, then the
+    # third term's zeros in whichever branch of its own guard runs; outside it, one pass of zeros
+    inside, _, outside = groups.split(gate[0], 1)[1].partition("\n        else:\n")
+    assert loops(inside) == 3
+    assert loops(outside.split("# the group's rewards")[0]) == 1
+
 # ---------------------------------------------------------------- the property
 W = 6  # scratch width; the group is rollouts s..e-1 of inputs of length 8
 LOOP = "for i in range(s, e):\n"
