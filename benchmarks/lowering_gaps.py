@@ -6,17 +6,17 @@ that fused more would write it, one finding per rewrite, checks that each rewrit
 original's outputs bit for bit on a heavy batch (breakdown included), and times the rewrites
 interleaved with the original and the hand kernel (kernels alone, breakdown off):
 
-  tail      the clamp and the three band factors in one pass (4 passes, one `if` per factor)
   grouprel  group-relative scaling: the scaled values of all three channels and their means in
             one pass, the centring and the term in a second (4 passes and 3 more stored rows)
   profiled  the profiled list: count and sum in one item pass, the squares in a second (4 item
             passes today, a batch-sized flag array filled per call, the same selection copied
             twice, for std and for mean, and summed twice)
   blockadj  block_adjustment summed in term 10's own loop instead of a row of its own
-  all       all four
+  all       all three
 
-(The top scorers, the three long lets and the selections of terms 0-5 in one pass was a fifth,
-`block`, until the lowering did it: the scheduler merges the `if`s of one gate, docs/lowering.md.)
+(The top scorers, the three long lets and the selections of terms 0-5 in one pass was another,
+`block`, until the lowering did it: the scheduler merges the `if`s of one gate, docs/lowering.md.
+`tail`, the clamp and the three band factors in one pass, measured no faster and was dropped.)
 
 Each rewrite matches the text today's lowering writes; one that no longer matches (the lowering
 changed) is reported and left out.
@@ -45,54 +45,12 @@ from shapec.runtime.params import validate_params
 
 
 def cut(text: str, start: str, end: str, new: str) -> str:
-    """text with the part from `start` up to (not including) `end` replaced by `new`."""
-    a = text.index(start)
-    b = text.index(end, a)
+    """text with the part from `start` up to (not including) `end` replaced by `new`; both begin a
+    line, at their own indentation (a deeper copy of either is not them)."""
+    a = text.index("\n" + start) + 1
+    b = text.index("\n" + end, a) + 1
     return text[:a] + new + text[b:]
 
-
-TAIL = '''        # clamp and factors, fused
-        pb = min(g, param_bands.shape[1] - 1)
-        if guard13:
-            own = bd1_profile_bandreasoning[g, 3] == 1.0
-            band20 = bd1_profile_bandreasoning[g, 0] if own else param_bands[1, pb, 0]
-            band21 = bd1_profile_bandreasoning[g, 1] if own else param_bands[1, pb, 1]
-            band22 = bd1_profile_bandreasoning[g, 2] if own else param_bands[1, pb, 2]
-            band23 = bd1_profile_bandreasoning[g, 3] if own else param_bands[1, pb, 3]
-        if guard14:
-            own = bd2_profile_bandanswer[g, 3] == 1.0
-            band32 = bd2_profile_bandanswer[g, 0] if own else param_bands[2, pb, 0]
-            band33 = bd2_profile_bandanswer[g, 1] if own else param_bands[2, pb, 1]
-            band34 = bd2_profile_bandanswer[g, 2] if own else param_bands[2, pb, 2]
-            band35 = bd2_profile_bandanswer[g, 3] if own else param_bands[2, pb, 3]
-        for i in range(s, e):
-            r_ = rewards[i] + (tv0[i - s] + tv1[i - s] + tv2[i - s] + tv3[i - s] + tv4[i - s] + tv5[i - s]
-                               + tv6[i - s] + tv7[i - s] + tv8[i - s] + tv9[i - s] + tv10[i - s] + tv11[i - s])
-            r_ = 0.0 if r_ < 0.0 else r_
-            b_ = r_
-            if guard12:
-                m = k_band(v0_total[i - s], band8, band9, band10, band11)
-                applied = ((v2_right[i - s] == 1.0)) and not isnan(m) and b_ > 0.0
-                fv0[i - s] = m if applied else 1.0
-                r_ = r_ * m if applied else r_
-            else:
-                fv0[i - s] = 1.0
-            if guard13:
-                m = k_band(in0_reasoning[i], band20, band21, band22, band23)
-                applied = ((v2_right[i - s] == 1.0)) and not isnan(m) and b_ > 0.0
-                fv1[i - s] = m if applied else 1.0
-                r_ = r_ * m if applied else r_
-            else:
-                fv1[i - s] = 1.0
-            if guard14:
-                m = k_band(in1_answer[i], band32, band33, band34, band35)
-                applied = ((v2_right[i - s] == 1.0)) and not isnan(m) and b_ > 0.0
-                fv2[i - s] = m if applied else 1.0
-                r_ = r_ * m if applied else r_
-            else:
-                fv2[i - s] = 1.0
-            run[i - s] = r_
-'''
 
 GREL = '''            lo_r = (nan if ksel14 == 0 else r29)
             hi_r = (nan if ksel14 == 0 else r28)
@@ -159,10 +117,6 @@ def profiled(t: str) -> str:
     return t.replace("v29_passing = np.full(ni0_profiled, nan)", "v29_passing = np.full(0, nan)")
 
 
-def tail(t: str) -> str:
-    return cut(t, "        # clamp\n", "        # the group's rewards", TAIL)
-
-
 def blockadj(t: str) -> str:
     t = cut(t, "        # let v18_block_adjustment\n", "        # let v29_passing\n", "")
     return t.replace("((v18_block_adjustment[i - s] >= 0.0))", "(((((((((((tv0[i - s] + tv1[i - s]) + tv2[i - s])"
@@ -181,8 +135,8 @@ def grouprel(t: str) -> str:
                f"{pad[:-4]}else:\n{pad}for i in range(s, e):\n{pad}    tv6[i - s] = 0.0", new)
 
 
-REWRITES = {"tail": (tail,), "grouprel": (grouprel,), "profiled": (profiled,), "blockadj": (blockadj,),
-            "all": (blockadj, tail, profiled, grouprel)}
+REWRITES = {"grouprel": (grouprel,), "profiled": (profiled,), "blockadj": (blockadj,),
+            "all": (blockadj, profiled, grouprel)}
 
 
 def rewritten(src: str) -> dict[str, str]:
