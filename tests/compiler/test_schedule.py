@@ -268,6 +268,26 @@ def test_statements_under_one_gate_share_its_if_and_their_passes():
     assert loops(inside) == 3
     assert loops(outside.split("# the group's rewards")[0]) == 1
 
+
+RELATIVE = """
+shaper relative(coeff: float >= 0 = 0.1) requires binary produces real {
+  input reasoning: tokens
+  input answer: tokens
+  gate right = reward > 0
+  term shorter = coeff * (centered(1 - minmax(reasoning where right) where right)
+                          + centered(1 - minmax(answer where right) where right)) on right
+}
+"""
+
+
+def test_the_scaled_values_of_several_channels_share_their_passes():
+    code = emit_python(compile_str(RELATIVE, backend="interpreter").relative.ir)
+    groups = code.split("def groups_s0_relative(", 1)[1].split("\n\n\n", 1)[0]
+    # the binary check; the gate and both ranges; both scaled values and both means; both
+    # centred values and the term; then the write-back, shaped or passed through, each with the
+    # breakdown's copy under keep
+    assert loops(groups) == 8
+
 # ---------------------------------------------------------------- the property
 W = 6  # scratch width; the group is rollouts s..e-1 of inputs of length 8
 LOOP = "for i in range(s, e):\n"

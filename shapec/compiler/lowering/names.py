@@ -21,6 +21,8 @@ KINDS = {
     "r": "a reduction", "b": "a batch reduction", "band": "a band's parts", "guard": "a statement's guard",
     "tv": "a term's values in its group", "at": "the one rollout a term's index names",
     "fv": "a factor's values in its group",
+    "low": "the least of a minmax's selection", "high": "the greatest of it",
+    "centre": "the mean a centered value subtracts",
     "sel": "a selection's values", "isel": "a selection's indices", "ksel": "a selection's size",
     "t": "a temporary that keeps an expression's nesting within Python's parser limit",
     "ps": "a per-prompt state's update in its group",

@@ -272,17 +272,19 @@ class Hoisting:
             self.alloc(storage, name)
             target = self.read(storage, name, ctx)
             value = self.ex(arg, ctx, scope)
-            if op == "minmax":
-                o(f"lo_ = {reads['min']}")
-                o(f"hi_ = {reads['max']}")
+            if op == "minmax":  # names of their own, so the scheduler may fuse several (schedule.py)
+                lo, hi = self.fresh("low"), self.fresh("high")
+                o(f"{lo} = {reads['min']}")
+                o(f"{hi} = {reads['max']}")
                 o(header)
                 with o.indented():
-                    o(f"{target} = nan if isnan(lo_) else (0.0 if hi_ == lo_ else ({value} - lo_) / (hi_ - lo_))")
+                    o(f"{target} = nan if isnan({lo}) else (0.0 if {hi} == {lo} else ({value} - {lo}) / ({hi} - {lo}))")
             elif op == "centered":
-                o(f"mean_ = {reads['mean']}")
+                mean = self.fresh("centre")
+                o(f"{mean} = {reads['mean']}")
                 o(header)
                 with o.indented():
-                    o(f"{target} = nan if isnan(mean_) else {value} - mean_")
+                    o(f"{target} = nan if isnan({mean}) else {value} - {mean}")
             else:  # rank: the t-th selected rollout's place in the selection, missing outside it
                 o(f"usable_ = k_usable({vals}, {k})")
                 o("t_ = 0")

@@ -24,7 +24,7 @@ FIXED_NAMES = frozenset("""
     rewards env_rewards offsets components use_components nthreads params param_bands state_in
     prompt_state_in prompt_state_out
     out terms factors keep kept skip gates metrics n G state_out bad_i bad_g width g g0 g1 i j s e
-    ibuf tbuf bbuf rows kb run base code r x lo m applied decided gcode lo_ hi_ mean_ usable_ t_
+    ibuf tbuf bbuf rows kb run base code r x lo m applied decided gcode usable_ t_
     nchunks bad c bad_c
 """.split())
 FIXED_ATTRIBUTES = frozenset("""
