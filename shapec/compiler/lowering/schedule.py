@@ -5,7 +5,9 @@ selection loop, the reduction and a rollout loop, so a shaper with three terms w
 group some ten times. This pass reorders the statements of each block of generated code
 (only as far as their data dependences allow) so that loops become adjacent, and fuses
 adjacent loops over the same range whose iterations are independent of each other's other
-iterations. No statement's arithmetic changes, so results stay bit-identical.
+iterations. `if`s of one test that no member changes (the statements under one gate) become one
+`if`, whose blocks are then fused as a whole. No statement's arithmetic changes, so results stay
+bit-identical.
 
 It works on the generated text, not the IR, so it sees exactly what numba will compile:
 every name a statement reads or writes, and every index it writes at.
