@@ -243,7 +243,6 @@ def test_the_benchmark_spec_walks_each_group_in_two_fused_passes():
     assert loops(groups) == 7
 
 
-
 GATED = """
 shaper gated(bonus: float >= 0 = 0.1) requires binary produces real {
   input reasoning: tokens

@@ -3,8 +3,6 @@ loop only in the groups where those conjuncts are 1; elsewhere it writes its not
 
 from __future__ import annotations
 
-from contextlib import nullcontext
-
 from ...ir.nodes import GROUP, Node, Op, Step, TypeKind
 from ...ir.nodes import walk
 from .conditions import always, conjuncts, never
@@ -59,28 +57,34 @@ class Guards:
         """body() where each conjunct of `chain` holds in turn, else off(); `conds` are all of them."""
         o = self.out
         if not chain:
-            self.established = frozenset(id(c) for c in conds)
-            body()
-            self.established = frozenset()
+            self.established_body(conds, body)
             return
         guard = self.fresh("guard")  # a name of its own, so the scheduler can move it
         first_reducing = next((c for c in chain if _reductions(c)), None)
-        for k, cond in enumerate(chain):
-            if k:
-                o(f"if {guard}:  " + self.note("the group-level conditions of when, cheapest first, while they hold"))
-            with o.indented() if k else nullcontext():
-                self.hoist(cond, scope, "group")
-                if cond is first_reducing:
-                    self.hoist_passes_beside(cond, step, scope)
-                o(f"{guard} = {self.truth(cond, 'group', scope)}")
+
+        def test(cond: Node) -> None:
+            self.hoist(cond, scope, "group")
+            if cond is first_reducing:
+                self.hoist_passes_beside(cond, step, scope)
+            o(f"{guard} = {self.truth(cond, 'group', scope)}")
+
+        test(chain[0])
+        for cond in chain[1:]:
+            o(f"if {guard}:  " + self.note("the group-level conditions of when, cheapest first, while they hold"))
+            with o.indented():
+                test(cond)
         o(f"if {guard}:")
         with o.indented():
-            self.established = frozenset(id(c) for c in conds)
-            body()
-            self.established = frozenset()
+            self.established_body(conds, body)
         o("else:")
         with o.indented():
             off()
+
+    def established_body(self, conds: list[Node], body) -> None:
+        """body() with the conjuncts `conds` known to be 1, so its rollout loop tests only the rest."""
+        self.established = frozenset(id(c) for c in conds)
+        body()
+        self.established = frozenset()
 
     def dead(self, step: Step) -> bool:
         """A statement whose `when` has a conjunct that is the constant 0 (the params settled it,

@@ -42,14 +42,17 @@ class Statement:
                 and not any(isinstance(n, (ast.Break, ast.Continue, ast.For, ast.While)) for b in node.body
                             for n in ast.walk(b))):
             self.loop = f"{node.target.id} in {ast.unparse(node.iter)}"
-        pad = self.lines[0][:len(self.lines[0]) - len(self.lines[0].lstrip())]
-        if isinstance(node, ast.If) and not any(line.startswith(pad + "elif ") for line in self.lines):
+        if isinstance(node, ast.If) and not any(line.startswith(self.pad + "elif ") for line in self.lines):
             self.branch = ast.unparse(node.test)
+
+    @property
+    def pad(self) -> str:
+        """The indentation of the statement's first line: its block's."""
+        return self.lines[0][:len(self.lines[0]) - len(self.lines[0].lstrip())]
 
     def blocks(self) -> tuple[list[str], list[str]]:
         """The lines of an `if`'s block and of its else block (none without one)."""
-        pad = self.lines[0][:len(self.lines[0]) - len(self.lines[0].lstrip())]
-        cut = next((k for k, line in enumerate(self.lines) if line == pad + "else:"), len(self.lines))
+        cut = next((k for k, line in enumerate(self.lines) if line == self.pad + "else:"), len(self.lines))
         return self.lines[1:cut], self.lines[cut + 1:]
 
 
