@@ -44,6 +44,20 @@ class Groups:
     """The part of StageLowering (stage.py) that assembles the kernel and its group function."""
 
     def lower(self) -> str:
+        """The stage's passes, in order; the kernel and its group function as module text."""
+        self.plan_statements()
+        batch_code = self.lower_batch()
+        groups = self.lower_group_loop()
+        after = self.lower_after_groups()
+        chunk, free = self.chunk_function(groups)
+        head = self.kernel_head(batch_code.text() + after)
+        dispatch = self.emitter(1)
+        self.dispatch_groups(dispatch, ", ".join(free))
+        return chunk + "\n\n" + head + batch_code.text() + dispatch.text() + after
+
+    def plan_statements(self) -> None:
+        """What the emitting passes consult: the reductions and lets metrics read, the gates with codes,
+        the reductions reading each selection, where each term's and factor's values live."""
         ir = self.ir
         self.in_metrics = False
         metric_keys = {self.key(n) for _, m in ir.metrics for n in walk(m) if n.op is Op.REDUCE}
@@ -65,23 +79,38 @@ class Groups:
             self.vars[t] = f"term:{k}"
         for k, f in enumerate(ir.factors):
             self.vars[f] = f"factor:{k}"
+
+    def lower_batch(self) -> Emitter:
+        """The code before the group loop: channels computed for the whole batch, batch statements."""
         batch_code = self.out = self.batch_out = self.emitter(1)
         batch = self.batch_scope = Scope()
         self.lower_channels(batch)
         self.lower_batch_steps(batch)
+        return batch_code
+
+    def lower_group_loop(self) -> str:
+        """The group loop: sinking planned (sinking.py), every statement emitted, then fused (schedule.py)."""
         groups = self.out = self.emitter(1)
         self.in_chunk = True
         self.plan_sinking()
         self.lower_groups()
         groups.lines[1:] = fuse_block(groups.lines[1:], 2, MUTATING_HELPERS)
         self.in_chunk = False
+        return groups.text()
+
+    def lower_after_groups(self) -> str:
+        """The metrics, after every group is shaped, and the kernel's return."""
         after = self.out = self.emitter(1)
-        self.lower_metrics(batch)
+        self.lower_metrics(self.batch_scope)
         after("return state_out, bad_i, bad_g")
         if self.pending:
             raise ShapecInternalError(f"lowering: temporaries {sorted(self.pending)} were never written")
-        chunk, free = self.chunk_function(groups.text())
+        return after.text()
 
+    def kernel_head(self, body: str) -> str:
+        """The kernel's decorator, arguments and set-up: sizes, the scratch `body` (the code outside
+        the group function) uses, states and batch-wide arrays."""
+        ir = self.ir
         head = self.emitter()
         sig, kernel = self.namer.derived("SIG_", self.fname), self.namer.derived("kernel_", self.fname)
         head(f"@njit(cache=True, error_model=\"numpy\"{PARALLEL_OPTION if self.parallel else ''})  "
@@ -110,7 +139,7 @@ class Groups:
                 head("for g in range(G):")
                 with head.indented():
                     head(f"width = max(width, {off}[g + 1] - {off}[g])")
-            scratch_used = _names(batch_code.text() + after.text())
+            scratch_used = _names(body)
             if "ibuf" in scratch_used:
                 head("ibuf = np.zeros(width, np.int64)")
             if "tbuf" in scratch_used:
@@ -121,9 +150,7 @@ class Groups:
                 head(f"{self.state_names[name]} = state_in[{k}]")
             for line in self.arrays:
                 head(line)
-        dispatch = self.emitter(1)
-        self.dispatch_groups(dispatch, ", ".join(free))
-        return chunk + "\n\n" + head.text() + batch_code.text() + dispatch.text() + after.text()
+        return head.text()
 
     def chunk_function(self, groups: str) -> tuple[str, list[str]]:
         """The group loop as its own function over groups g0..g1-1, with its own scratch.
