@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from shapec.ir.nodes import GROUP, ROLLOUT, Node, Op, Type, TypeKind
 from shapec.compiler.lowering import numba_helpers
 from shapec.compiler.lowering.conditions import Conditions
+from shapec.compiler.lowering.definedness import Definedness
 from shapec.compiler.lowering.emitter import Scope
 from shapec.compiler.lowering.expressions import Expressions
 
@@ -32,21 +33,25 @@ LEAVES = {  # name -> (IR node, how the code reads it)
 class Lowering(Conditions, Expressions):
     """Just enough of StageLowering to write expressions over the leaves above."""
 
-    def __init__(self):
+    def __init__(self, definedness: Definedness | None = None):
         self.input_names = {"flag": "in_flag", "x": "in_x"}
         self.meta_names = {"odd": "m_odd", "y": "m_y"}
         self.pending: dict[str, str] = {}
         self.ir = None
         self.count = 0
+        self.definedness = definedness or NothingDefined(None)
 
     def fresh(self, kind: str) -> str:
         self.count += 1
         return f"{kind}{self.count}"
 
+
+class NothingDefined(Definedness):
+    """No value is known to be present: ex() stays the three-valued oracle, helpers throughout
+    (the leaves here take NaN, which the batch layer never lets an input hold; the forms for
+    values that cannot be missing are tests/compiler/test_definedness.py's)."""
+
     def defined(self, node) -> bool:
-        """No value is known to be present: ex() stays the three-valued oracle, helpers throughout
-        (the leaves here take NaN, which the batch layer never lets an input hold; the forms
-        for values that cannot be missing are tests/compiler/test_definedness.py's)."""
         return False
 
 

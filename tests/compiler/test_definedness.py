@@ -198,9 +198,7 @@ def test_values_the_analysis_calls_defined_are_never_missing(key, sizes, seed, p
     """lowering/definedness.py is sound: on batches with missing metadata, absent optional params,
     empty selections and values that overflow or cancel, no let, gate or channel it calls never
     missing holds a NaN in the interpreter, and none it calls finite holds an infinity."""
-    from shapec.compiler.lowering.definedness import FINITE, NUMBER
-    from shapec.compiler.lowering.stage import StageLowering
-    from shapec.compiler.lowering.names import Namer
+    from shapec.compiler.lowering.definedness import FINITE, NUMBER, Definedness
     from shapec.runtime.binder import make_batch
     from shapec.runtime.interp import Interpreter
     from shapec.runtime.params import param_arrays
@@ -223,7 +221,7 @@ def test_values_the_analysis_calls_defined_are_never_missing(key, sizes, seed, p
             interp.run()
         except FloatingPointError:
             pass  # a non-finite reward: the values computed up to there are still checked
-    levels = StageLowering(ir, "s0", Namer())._var_levels()
+    levels = Definedness(ir).var_levels()
     checked = 0
     for name, level in levels.items():
         if name not in interp.env or level < NUMBER or name in (*ir.terms, *ir.factors):
@@ -280,16 +278,13 @@ def test_the_forms_for_present_values_are_the_helpers(tree, flag, x, y):
 
     from .test_conditions import Lowering
 
-    class WithDefinedness(Definedness, Lowering):
-        defined = Definedness.defined
-
     env = {name: getattr(numba_helpers, name) for name in dir(numba_helpers) if name.startswith("k_")}
     f64 = np.float64  # IEEE arithmetic, as numba's error_model="numpy" (0/0 is NaN, not an error)
     env.update(f64=f64, isnan=math.isnan, nan=f64(math.nan), np=np, i=0, g=0, s=0, in_flag=[f64(flag)],
                in_x=[f64(x)],
                m_odd=[f64(0.0)], m_y=[f64(y)])
     results = []
-    for low in (WithDefinedness(), Lowering()):
+    for low in (Lowering(Definedness(None)), Lowering()):
         with np.errstate(all="ignore"):
             code = low.ex(tree, "rollout", Scope())
             for name, part in low.pending.items():

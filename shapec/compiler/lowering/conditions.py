@@ -20,7 +20,7 @@ condition deeper than MAX_HEIGHT (so a long mixed chain still spills into tempor
 
 from __future__ import annotations
 
-from ...ir.nodes import Node, Op, StepKind, TypeKind
+from ...ir.nodes import Node, Op
 from .emitter import Scope
 
 MAX_HEIGHT = 12  # and/or/not levels written as native code; deeper ones go through ex()
@@ -109,47 +109,10 @@ class Conditions:
             parts = _chain(node)
             # "and is 1" and "or is 0" ask every operand a question whose answer holds only for clean ones
             needs_clean = (op is Op.AND) == want
-            if needs_clean and not all(self.clean(p) for p in parts):
+            if needs_clean and not all(self.definedness.clean(p) for p in parts):
                 return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
             joiner = " and " if needs_clean else " or "
             return "(" + joiner.join(self._test(p, want, ctx, scope) for p in parts) + ")"
-        if op is Op.NOT and self.clean(node.args[0]):
+        if op is Op.NOT and self.definedness.clean(node.args[0]):
             return self._test(node.args[0], not want, ctx, scope)
         return f"({self.ex(node, ctx, scope)} == {1.0 if want else 0.0})"
-
-    def clean(self, node: Node) -> bool:
-        """True when the value is certainly 0, 1 or NaN (so every helper reads it the same way)."""
-        op = node.op
-        if op in (Op.CMP, Op.AND, Op.OR, Op.SKIPPED):
-            return True
-        if op is Op.CONST:
-            return node.attr in (0.0, 1.0)
-        if op is Op.NOT:
-            return self.clean(node.args[0])
-        if op is Op.COND:
-            return self.clean(node.args[1]) and self.clean(node.args[2])
-        if op is Op.FALLBACK:
-            return self.clean(node.args[0]) and self.clean(node.args[1])
-        if op is Op.CALL:
-            return node.attr in ("missing", "present")
-        if op in (Op.REDUCE, Op.BREDUCE):  # any and all give 0 or 1 (or NaN where a selection is unusable)
-            return (node.attr[0] if op is Op.REDUCE else node.attr) in ("any", "all")
-        if op is Op.REF and node.ty.kind is TypeKind.BOOL:
-            ns, name = node.attr
-            if ns in ("input", "param"):  # inputs arrive as 0/1, bool params as 0/1 or NaN (absent)
-                return True
-            if ns == "var":
-                return self.clean_var(name)
-        return False
-
-    def clean_var(self, name: str) -> bool:
-        """A let or gate whose expression is clean, or a gate-rule block (it stores 0 or 1)."""
-        memo = self.__dict__.setdefault("_clean_vars", {})
-        if name not in memo:
-            memo[name] = False  # a cycle cannot happen (lets are ordered), but stay safe
-            step = next((s for s in (*self.ir.batch_steps, *self.ir.steps) if s.name == name), None)
-            if step is not None and step.kind is StepKind.GATERULES:
-                memo[name] = True
-            elif step is not None and step.kind in (StepKind.LET, StepKind.GATE) and step.expr is not None:
-                memo[name] = self.clean(step.expr)
-        return memo[name]

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 
-from ...ir.nodes import Node, Op, StepKind
+from ...ir.nodes import Node, Op, ShaperIR, StepKind, TypeKind
 from . import conditions
 from ...ir.nodes import post_order
 
@@ -53,18 +53,25 @@ def _product_level(a: int, b: int) -> int:
 
 
 class Definedness:
-    """The part of StageLowering (stage.py) that knows which values cannot be missing."""
+    """Which values of one shaper's IR cannot be missing, and which are clean booleans; the
+    lowering (stage.py) asks one instance, built from the IR it lowers."""
+
+    def __init__(self, ir: ShaperIR | None):
+        self.ir = ir
+        self.levels: dict[int, tuple[int, Node]] = {}  # id(node) -> (level, node): the node kept, so ids stay unique
+        self.var_levels_memo: dict[str, int] | None = None
+        self.clean_vars: dict[str, bool] = {}
 
     def defined(self, node: Node) -> bool:
         """True when the value can never be NaN."""
         return conditions.TWO_VALUED and self.level(node) >= NUMBER
 
     def level(self, node: Node) -> int:
-        memo = self.__dict__.setdefault("_levels", {})
+        memo = self.levels
         if id(node) in memo:
             return memo[id(node)][0]
         for n in post_order(node, lambda x: x.args, memo):
-            memo[id(n)] = (self._level_of(n, [memo[id(c)][0] for c in n.args]), n)  # n kept: ids stay unique
+            memo[id(n)] = (self._level_of(n, [memo[id(c)][0] for c in n.args]), n)
         return memo[id(node)][0]
 
     def _level_of(self, n: Node, args: list[int]) -> int:
@@ -117,7 +124,7 @@ class Definedness:
         if ns == "param":
             return MAYBE if n.ty.maybe_missing else FINITE
         if ns == "var":
-            return self._var_levels().get(name, MAYBE)
+            return self.var_levels().get(name, MAYBE)
         if ns in ("state", "prompt_state"):  # an update that is not a finite number keeps the previous value
             return FINITE
         if ns == "meta":
@@ -126,12 +133,11 @@ class Definedness:
         # reward fails the call on both backends (Kernel.call, Interpreter.run) before any metric
         return FINITE if name in ("reward", "env_reward", "group_size", "position", "shaped") else MAYBE
 
-    def _var_levels(self) -> dict[str, int]:
+    def var_levels(self) -> dict[str, int]:
         """The level of every let, gate, gate-rule block, channel, term and factor, in source order."""
-        levels = self.__dict__.get("_vars")
-        if levels is not None:
-            return levels
-        levels = self.__dict__["_vars"] = {}
+        if self.var_levels_memo is not None:
+            return self.var_levels_memo
+        levels = self.var_levels_memo = {}
         for name in self.ir.terms:
             levels[name] = NUMBER
         for name in self.ir.factors:
@@ -144,3 +150,40 @@ class Definedness:
             elif step.kind in (StepKind.LET, StepKind.GATE) and step.expr is not None:
                 levels[step.name] = self.level(step.expr)
         return levels
+
+    def clean(self, node: Node) -> bool:
+        """True when the value is certainly 0, 1 or NaN (so every helper reads it the same way)."""
+        op = node.op
+        if op in (Op.CMP, Op.AND, Op.OR, Op.SKIPPED):
+            return True
+        if op is Op.CONST:
+            return node.attr in (0.0, 1.0)
+        if op is Op.NOT:
+            return self.clean(node.args[0])
+        if op is Op.COND:
+            return self.clean(node.args[1]) and self.clean(node.args[2])
+        if op is Op.FALLBACK:
+            return self.clean(node.args[0]) and self.clean(node.args[1])
+        if op is Op.CALL:
+            return node.attr in ("missing", "present")
+        if op in (Op.REDUCE, Op.BREDUCE):  # any and all give 0 or 1 (or NaN where a selection is unusable)
+            return (node.attr[0] if op is Op.REDUCE else node.attr) in ("any", "all")
+        if op is Op.REF and node.ty.kind is TypeKind.BOOL:
+            ns, name = node.attr
+            if ns in ("input", "param"):  # inputs arrive as 0/1, bool params as 0/1 or NaN (absent)
+                return True
+            if ns == "var":
+                return self.clean_var(name)
+        return False
+
+    def clean_var(self, name: str) -> bool:
+        """A let or gate whose expression is clean, or a gate-rule block (it stores 0 or 1)."""
+        memo = self.clean_vars
+        if name not in memo:
+            memo[name] = False  # a cycle cannot happen (lets are ordered), but stay safe
+            step = next((s for s in (*self.ir.batch_steps, *self.ir.steps) if s.name == name), None)
+            if step is not None and step.kind is StepKind.GATERULES:
+                memo[name] = True
+            elif step is not None and step.kind in (StepKind.LET, StepKind.GATE) and step.expr is not None:
+                memo[name] = self.clean(step.expr)
+        return memo[name]

@@ -131,7 +131,7 @@ class Expressions:
             if node.attr not in BIN_OPS:
                 raise ShapecInternalError(f"lowering: unknown operator {node.attr!r}")
             return f"k_pow({a[0]}, {a[1]})" if node.attr == "**" else self.flat_chain(a, f" {node.attr} ")
-        defined = [self.defined(x) for x in _operands(node)] if op in DEFINED_FORMS else []
+        defined = [self.definedness.defined(x) for x in _operands(node)] if op in DEFINED_FORMS else []
         if op is Op.CMP:
             if all(defined):
                 return f"k_flag({a[0]} {node.attr} {a[1]})"
@@ -142,7 +142,7 @@ class Expressions:
                 return "k_flag(" + joiner.join(test.format(x) for x in a) + ")"
             return self.nested_fold("k_and" if op is Op.AND else "k_or", a)
         if op is Op.COND:
-            if defined[0] and self.clean(node.args[0]):  # certainly 0 or 1
+            if defined[0] and self.definedness.clean(node.args[0]):  # certainly 0 or 1
                 return f"({a[1]} if {a[0]} == 1.0 else {a[2]})"
             return f"k_cond({a[0]}, {a[1]}, {a[2]})"
         if op is Op.FALLBACK:
@@ -158,7 +158,7 @@ class Expressions:
                 return self.nested_fold(f"k_{fn}", a)
             if fn == "clip":
                 return f"k_clip({a[0]}, {a[1]}, {a[2]})"
-            if fn in ("missing", "present") and self.defined(node.args[0]):
+            if fn in ("missing", "present") and self.definedness.defined(node.args[0]):
                 return "0.0" if fn == "missing" else "1.0"
             return UNARY_CALLS[fn].format(a[0])
         raise ShapecInternalError(f"lowering: unknown node {op}")

@@ -127,7 +127,7 @@ class Hoisting:
         else:
             c = self.ex(node.args[0], ctx, scope)
             x, y = (scope.names[self.key(n)] for n in node.args[1:])
-            if self.defined(node.args[0]) and self.clean(node.args[0]):  # certainly 0 or 1
+            if self.definedness.defined(node.args[0]) and self.definedness.clean(node.args[0]):  # certainly 0 or 1
                 parts = [f"{xc} if {c} == 1.0 else {yc}" for xc, yc in zip(x, y)]
             else:
                 parts = [f"k_cond({c}, {xc}, {yc})" for xc, yc in zip(x[:3], y[:3])]
@@ -212,7 +212,7 @@ class Hoisting:
         o(f"{k} = 0")
         finish, updates = {}, []
         missing = None  # no flag to keep: no flagged reduction, or no selected value can be missing
-        if any(op in FLAGGED for op in ops) and not self.defined(arg):
+        if any(op in FLAGGED for op in ops) and not self.definedness.defined(arg):
             missing = self.fresh("r")
             o(f"{missing} = False  " + self.note("True once a selected value is missing"))
             updates.append(f"{missing} = {missing} or isnan({x})")
@@ -359,7 +359,7 @@ class Hoisting:
         init, update, _ = RUNNING[node.attr]
         o(f"{count} = 0")
         o(f"{name} = {init}")
-        missing = self.fresh("b") if node.attr in FLAGGED and not self.defined(node.args[0]) else None
+        missing = self.fresh("b") if node.attr in FLAGGED and not self.definedness.defined(node.args[0]) else None
         if missing:
             o(f"{missing} = False  " + self.note("True once a selected value is missing"))
         return name, count, missing, value, update.format(acc=name, x=value, k=count)

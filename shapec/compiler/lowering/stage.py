@@ -1,6 +1,6 @@
 """StageLowering: one shaper (a pipeline stage) lowered to one kernel, assembled from one mixin
-per pass (arguments, expressions, conditions, definedness, hoisting, sinking, guards,
-statements, groups), which share its state."""
+per pass (arguments, expressions, conditions, hoisting, sinking, guards, statements, groups),
+which share its state, and asking one Definedness analysis of the IR it lowers."""
 
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from .sinking import Sinking
 from .statements import Statements
 
 
-class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, Sinking, Guards, Statements,
-                    Groups):
+class StageLowering(Arguments, Expressions, Conditions, Hoisting, Sinking, Guards, Statements, Groups):
     """Lowers one shaper to one kernel function named `kernel_<prefix>`."""
 
     def __init__(self, ir: ShaperIR, fname: str, namer: Namer, parallel: bool = False, specialized: ShaperIR = None):
@@ -43,3 +42,4 @@ class StageLowering(Arguments, Expressions, Conditions, Definedness, Hoisting, S
         # call (specialize.py); the statements are lowered from the specialised IR
         if specialized is not None:
             self.ir = specialized
+        self.definedness = Definedness(self.ir)

@@ -336,7 +336,7 @@ class Statements:
         if ir.result is not None:  # fails closed: a missing result leaves the reward as it came in
             self.hoist(ir.result, scope, "group")
             final = self.ex(ir.result, "rollout", scope)
-            if not self.defined(ir.result):
+            if not self.definedness.defined(ir.result):
                 final = f"k_fallback({final}, rewards[i])"
         elif not self.first_running:
             final = "run[i - s]"
