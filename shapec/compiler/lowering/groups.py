@@ -15,6 +15,7 @@ from .helper_source import HELPER_FUNCTIONS
 from .names import MANGLED, ShapecInternalError
 from .reductions import MUTATING_HELPERS
 from .schedule import fuse_block
+from .sinking import plan_sinking
 
 PARALLEL_MIN_ROLLOUTS = 4096  # below this, waking threads costs more than it saves (benchmarks/)
 # prange only: numba's other parallel rewrites would turn every np.full into a parfor (slow to compile, no gain)
@@ -92,7 +93,9 @@ class Groups:
         """The group loop: sinking planned (sinking.py), every statement emitted, then fused (schedule.py)."""
         groups = self.out = self.emitter(1)
         self.in_chunk = True
-        self.plan_sinking()
+        dead = {s.name for s in self.ir.steps if self.dead(s)}
+        reduced = {s.name for s in self.ir.steps if self.metric_reads_reductions(s)}
+        self.sunk = plan_sinking(self.ir, self.metric_vars | set(self.gate_index), dead, reduced)
         self.lower_groups()
         groups.lines[1:] = fuse_block(groups.lines[1:], 2, MUTATING_HELPERS)
         self.in_chunk = False

@@ -35,7 +35,7 @@ class Guards:
         if self.dead(step):  # a 0 the params settled (specialize.py)
             off()
             return
-        conds = [c for c in self.group_conjuncts(step.when) if not always(c)]
+        conds = [c for c in group_conjuncts(step.when) if not always(c)]
         if not conds or self.metric_reads_reductions(step):
             body()
             return
@@ -121,9 +121,10 @@ class Guards:
                 and not any(n.op in (Op.REDUCE, Op.BREDUCE) or n.ty.kind is TypeKind.BAND
                             for a in node.args for n in walk(a)))
 
-    def group_conjuncts(self, when: Node | None) -> list[Node]:
-        """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
-        if when is None:
-            return []
-        group = [c for c in conjuncts(when) if c.ty.level <= GROUP and not c.ty.items]
-        return sorted(group, key=lambda c: any(n.op in (Op.REDUCE, Op.BREDUCE) for n in walk(c)))
+
+def group_conjuncts(when: Node | None) -> list[Node]:
+    """The conjuncts of `when` that hold or fail for a whole group, those without reductions first."""
+    if when is None:
+        return []
+    group = [c for c in conjuncts(when) if c.ty.level <= GROUP and not c.ty.items]
+    return sorted(group, key=lambda c: any(n.op in (Op.REDUCE, Op.BREDUCE) for n in walk(c)))

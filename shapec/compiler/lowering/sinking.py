@@ -18,10 +18,10 @@ update or an unguarded statement reads, or a gate with gate codes, is not sunk.
 
 from __future__ import annotations
 
-from ...ir.nodes import CONST, Node, Op, Step, StepKind
-from ...ir.nodes import walk
-from .emitter import Scope
+from ...ir.nodes import CONST, Node, Op, ShaperIR, Step, StepKind, walk
 from .conditions import always
+from .emitter import Scope
+from .guards import group_conjuncts
 
 
 def _var_refs(nodes) -> list[str]:
@@ -36,86 +36,87 @@ def _var_refs(nodes) -> list[str]:
     return out
 
 
-class Sinking:
-    """The part of StageLowering (stage.py) that computes lets only where a guarded statement can read them."""
+def plan_sinking(ir: ShaperIR, held: set[str], dead: set[str], reduced: set[str]) -> dict[str, list[list[Node]]]:
+    """Let name -> the clauses (lists of conjuncts, or-ed) under which it is computed.
 
-    def plan_sinking(self) -> None:
-        """self.sunk: let name -> the clauses (lists of conjuncts, or-ed) under which it is computed."""
-        ir = self.ir
-        self.position = {s.name: k for k, s in enumerate(ir.steps)}
-        self.before_groups = {s.name for s in ir.batch_steps} | {name for name, _ in ir.channels}
-        candidates = {s.name for s in ir.steps if s.kind in (StepKind.LET, StepKind.GATE) and s.expr is not None
-                      and s.name not in self.metric_vars and s.name not in self.gate_index
-                      and not (s.expr.ty.level == CONST and not s.expr.ty.items)}
-        self.readers: dict[str, list[Step]] = {name: [] for name in candidates}
-        blocked: set[str] = set()
-        for step in ir.steps:
-            for name in _var_refs((step.expr, step.on, step.when, *(w for _, _, w in step.rules))):
-                if name in candidates:
-                    self.readers[name].append(step)
-                    if step.name not in candidates and not self.is_guarded(step):
-                        blocked.add(name)
-        others = (*(s.expr for s in (*ir.skips, *ir.batch_steps)), ir.result, ir.drop, *(m for _, m in ir.metrics),
-                  *(update for _, _, update in ir.prompt_states))
-        blocked.update(n for n in _var_refs(others) if n in candidates)
-        self.sunk: dict[str, list[list[Node]]] = {}
-        while True:  # a let read by a let that stays put stays put too; so does one no clause can decide
-            changed = False
-            for name in candidates - blocked:
-                if any(r.name in blocked for r in self.readers[name]):
+    `held`: the names that must stay where they are whatever reads them (a metric reads them, or
+    they are a gate with codes); `dead`: the statements that apply nowhere (guards.py); `reduced`:
+    the statements a metric reads a reduction of (they run for every group)."""
+    position = {s.name: k for k, s in enumerate(ir.steps)}
+    before_groups = {s.name for s in ir.batch_steps} | {name for name, _ in ir.channels}
+    candidates = {s.name for s in ir.steps if s.kind in (StepKind.LET, StepKind.GATE) and s.expr is not None
+                  and s.name not in held and not (s.expr.ty.level == CONST and not s.expr.ty.items)}
+    readers: dict[str, list[Step]] = {name: [] for name in candidates}
+    blocked: set[str] = set()
+    for step in ir.steps:
+        for name in _var_refs((step.expr, step.on, step.when, *(w for _, _, w in step.rules))):
+            if name in candidates:
+                readers[name].append(step)
+                if step.name not in candidates and not _guarded(step, dead, reduced):
                     blocked.add(name)
-                    changed = True
-            self.sunk = {}
-            for name in candidates - blocked:
-                clauses = self._clauses(name, candidates - blocked)
-                if clauses is None:
-                    blocked.add(name)
-                    changed = True
-                else:
-                    self.sunk[name] = clauses
-            if not changed:
-                return
+    others = (*(s.expr for s in (*ir.skips, *ir.batch_steps)), ir.result, ir.drop, *(m for _, m in ir.metrics),
+              *(update for _, _, update in ir.prompt_states))
+    blocked.update(n for n in _var_refs(others) if n in candidates)
 
-    def _clauses(self, name: str, sunk: set[str]) -> list[list[Node]] | None:
+    def decidable(cond: Node, at: int, sunk: set[str]) -> bool:
+        """Whether a conjunct has its value at statement `at` already: no reduction, and every let
+        or gate it reads comes before and is computed unconditionally."""
+        if any(n.op in (Op.REDUCE, Op.BREDUCE) for n in walk(cond)):
+            return False
+        return all(name in before_groups or (name not in sunk and position.get(name, at) < at)
+                   for name in _var_refs((cond,)))
+
+    def clauses_of(name: str, sunk: set[str]) -> list[list[Node]] | None:
         """One clause per guarded statement that reads the let (directly or through sunk lets):
         its conjuncts decidable at the let; None when a reader has none."""
-        at = self.position[name]
+        at = position[name]
         clauses: list[list[Node]] = []
         stack, seen = [name], {name}
         while stack:
-            for reader in self.readers[stack.pop()]:
+            for reader in readers[stack.pop()]:
                 if reader.name in sunk:
                     if reader.name not in seen:
                         seen.add(reader.name)
                         stack.append(reader.name)
                     continue
-                if self.dead(reader):
+                if reader.name in dead:
                     continue  # applies nowhere: it reads nothing (statements.guarded)
-                conds = [c for c in self.group_conjuncts(reader.when)
-                         if not always(c) and self._decidable(c, at, sunk)]
+                conds = [c for c in group_conjuncts(reader.when) if not always(c) and decidable(c, at, sunk)]
                 if not conds:
                     return None
                 if conds not in clauses:
                     clauses.append(conds)
         return clauses
 
-    def _decidable(self, cond: Node, at: int, sunk: set[str]) -> bool:
-        """Whether a conjunct has its value at statement `at` already: no reduction, and every let
-        or gate it reads comes before and is computed unconditionally."""
-        if any(n.op in (Op.REDUCE, Op.BREDUCE) for n in walk(cond)):
-            return False
-        return all(name in self.before_groups or (name not in sunk and self.position.get(name, at) < at)
-                   for name in _var_refs((cond,)))
+    while True:  # a let read by a let that stays put stays put too; so does one no clause can decide
+        changed = False
+        for name in candidates - blocked:
+            if any(r.name in blocked for r in readers[name]):
+                blocked.add(name)
+                changed = True
+        sunk: dict[str, list[list[Node]]] = {}
+        for name in candidates - blocked:
+            clauses = clauses_of(name, candidates - blocked)
+            if clauses is None:
+                blocked.add(name)
+                changed = True
+            else:
+                sunk[name] = clauses
+        if not changed:
+            return sunk
 
-    def is_guarded(self, step: Step) -> bool:
-        """Whether a term, clamp or factor runs its body under a group-level guard (statements.guarded)."""
-        if step.kind not in (StepKind.TERM, StepKind.CLAMP, StepKind.FACTOR):
-            return False
-        if self.dead(step):
-            return True
-        if not self.group_conjuncts(step.when):
-            return False
-        return not self.metric_reads_reductions(step)
+
+def _guarded(step: Step, dead: set[str], reduced: set[str]) -> bool:
+    """Whether a term, clamp or factor runs its body under a group-level guard (statements.guarded)."""
+    if step.kind not in (StepKind.TERM, StepKind.CLAMP, StepKind.FACTOR):
+        return False
+    if step.name in dead:
+        return True
+    return bool(group_conjuncts(step.when)) and step.name not in reduced
+
+
+class Sinking:
+    """The part of StageLowering (stage.py) that writes a sunk let under its readers' clauses."""
 
     def emit_sunk_let(self, step: Step, scope: Scope) -> None:
         """The let, under the `or` of its readers' clauses; its own reductions stay inside."""
