@@ -10,6 +10,7 @@ import textwrap
 
 from ..arguments import breakdown_always
 from ...ir.nodes import Op, steps_nodes, walk, StepKind
+from .conditions import conjuncts, never
 from .emitter import Emitter, Scope
 from .helper_source import HELPER_FUNCTIONS
 from .names import MANGLED, ShapecInternalError
@@ -65,6 +66,12 @@ class Groups:
         self.metric_vars = {n.attr[1] for _, m in ir.metrics for n in walk(m) if n.op is Op.REF and n.attr[0] == "var"}
         self.stored: dict[int, str] = {k: "" for k in metric_keys}
         self.gate_index = {name: k for k, name in enumerate(ir.gate_reasons)}
+        # the statements a metric reads a reduction of (their reductions run for every group), and
+        # those that apply nowhere: a conjunct of their `when` is a 0 the params settled (specialize.py)
+        self.reduced_steps = {s.name for s in ir.steps if any(
+            self.key(n) in metric_keys for x in (s.expr, s.on, s.when) if x is not None for n in walk(x))}
+        self.dead_steps = {s.name for s in ir.steps if s.when is not None and s.name not in self.reduced_steps
+                           and any(never(c) for c in conjuncts(s.when))}
         self.selection_ops: dict[tuple, list[str]] = {}  # selection -> the reductions reading it
         reductions = {self.key(n): n for node in steps_nodes(ir) for n in walk(node) if n.op is Op.REDUCE}
         for n in reductions.values():
@@ -93,9 +100,7 @@ class Groups:
         """The group loop: sinking planned (sinking.py), every statement emitted, then fused (schedule.py)."""
         groups = self.out = self.emitter(1)
         self.in_chunk = True
-        dead = {s.name for s in self.ir.steps if self.dead(s)}
-        reduced = {s.name for s in self.ir.steps if self.metric_reads_reductions(s)}
-        self.sunk = plan_sinking(self.ir, self.metric_vars | set(self.gate_index), dead, reduced)
+        self.sunk = plan_sinking(self.ir, self.metric_vars | set(self.gate_index), self.dead_steps, self.reduced_steps)
         self.lower_groups()
         groups.lines[1:] = fuse_block(groups.lines[1:], 2, MUTATING_HELPERS)
         self.in_chunk = False

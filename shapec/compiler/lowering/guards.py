@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...ir.nodes import GROUP, Node, Op, Step, TypeKind
 from ...ir.nodes import walk
-from .conditions import always, conjuncts, never
+from .conditions import always, conjuncts
 from .emitter import Scope
 from .reductions import ROLLOUT_VALUED
 
@@ -32,11 +32,11 @@ class Guards:
         the `if`s of the statements under one gate, so that their passes over the group fuse
         (schedule.py). The others are a chain of one flag, each evaluated while those before hold.
         """
-        if self.dead(step):  # a 0 the params settled (specialize.py)
+        if step.name in self.dead_steps:  # a 0 the params settled (specialize.py)
             off()
             return
         conds = [c for c in group_conjuncts(step.when) if not always(c)]
-        if not conds or self.metric_reads_reductions(step):
+        if not conds or step.name in self.reduced_steps:
             body()
             return
         o = self.out
@@ -85,19 +85,6 @@ class Guards:
         self.established = frozenset(id(c) for c in conds)
         body()
         self.established = frozenset()
-
-    def dead(self, step: Step) -> bool:
-        """A statement whose `when` has a conjunct that is the constant 0 (the params settled it,
-        specialize.py): it applies nowhere, so it reads nothing (unless a metric reads its
-        reductions: then it runs as written, and applies nowhere all the same)."""
-        if step.when is None or not any(never(c) for c in conjuncts(step.when)):
-            return False
-        return not self.metric_reads_reductions(step)
-
-    def metric_reads_reductions(self, step: Step) -> bool:
-        """Whether a metric reads a reduction of the statement (then its reductions run for every group)."""
-        return any(self.key(n) in self.stored for x in (step.expr, step.on, step.when) if x is not None
-                   for n in walk(x))
 
     def hoist_passes_beside(self, cond: Node, step: Step, scope: Scope) -> None:
         """The statement's other running reductions, hoisted beside the first conjunct's.

@@ -40,8 +40,9 @@ def plan_sinking(ir: ShaperIR, held: set[str], dead: set[str], reduced: set[str]
     """Let name -> the clauses (lists of conjuncts, or-ed) under which it is computed.
 
     `held`: the names that must stay where they are whatever reads them (a metric reads them, or
-    they are a gate with codes); `dead`: the statements that apply nowhere (guards.py); `reduced`:
-    the statements a metric reads a reduction of (they run for every group)."""
+    they are a gate with codes); `dead`: the statements that apply nowhere; `reduced`: the
+    statements a metric reads a reduction of (they run for every group). Both are planned in
+    groups.plan_statements."""
     position = {s.name: k for k, s in enumerate(ir.steps)}
     before_groups = {s.name for s in ir.batch_steps} | {name for name, _ in ir.channels}
     candidates = {s.name for s in ir.steps if s.kind in (StepKind.LET, StepKind.GATE) and s.expr is not None
@@ -80,7 +81,7 @@ def plan_sinking(ir: ShaperIR, held: set[str], dead: set[str], reduced: set[str]
                         stack.append(reader.name)
                     continue
                 if reader.name in dead:
-                    continue  # applies nowhere: it reads nothing (statements.guarded)
+                    continue  # applies nowhere: it reads nothing (Guards.guarded)
                 conds = [c for c in group_conjuncts(reader.when) if not always(c) and decidable(c, at, sunk)]
                 if not conds:
                     return None
@@ -107,7 +108,7 @@ def plan_sinking(ir: ShaperIR, held: set[str], dead: set[str], reduced: set[str]
 
 
 def _guarded(step: Step, dead: set[str], reduced: set[str]) -> bool:
-    """Whether a term, clamp or factor runs its body under a group-level guard (statements.guarded)."""
+    """Whether a term, clamp or factor runs its body under a group-level guard (Guards.guarded)."""
     if step.kind not in (StepKind.TERM, StepKind.CLAMP, StepKind.FACTOR):
         return False
     if step.name in dead:

@@ -167,9 +167,9 @@ class Statements:
         o(f"gates[{self.gate_index[step.name]}, g] = gcode")
 
     def constant(self, step: Step, kind: str, k: int) -> bool:
-        """A dead statement (`dead`) whose value nothing stores per rollout: it reads as its literal
+        """A dead statement (`dead_steps`, groups.py) whose value nothing stores per rollout: it reads as its literal
         (a term 0.0, still added in its place in the sum, so a -0.0 sum stays what it was)."""
-        if self.breakdown_always or not self.dead(step):
+        if self.breakdown_always or step.name not in self.dead_steps:
             return False
         self.constant_slots[kind, k] = "0.0" if kind == "term" else "1.0"
         return True
