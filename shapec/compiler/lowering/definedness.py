@@ -137,7 +137,7 @@ class Definedness:
         """The level of every let, gate, gate-rule block, channel, term and factor, in source order."""
         if self.var_levels_memo is not None:
             return self.var_levels_memo
-        levels = self.var_levels_memo = {}
+        levels = self.var_levels_memo = {}  # kept before it is filled: a let's level reads those before it
         for name in self.ir.terms:
             levels[name] = NUMBER
         for name in self.ir.factors:

@@ -52,10 +52,11 @@ class Groups:
         groups = self.lower_group_loop()
         after = self.lower_after_groups()
         chunk, free = self.chunk_function(groups)
-        head = self.kernel_head(batch_code.text() + after)
+        batch = batch_code.text()
+        head = self.kernel_head(batch + after)
         dispatch = self.emitter(1)
         self.dispatch_groups(dispatch, ", ".join(free))
-        return chunk + "\n\n" + head + batch_code.text() + dispatch.text() + after
+        return chunk + "\n\n" + head + batch + dispatch.text() + after
 
     def plan_statements(self) -> None:
         """What the emitting passes consult: the reductions and lets metrics read, the gates with codes,
